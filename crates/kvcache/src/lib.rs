@@ -1,0 +1,184 @@
+//! Streaming attention KV caches on candle-core tensors.
+//!
+//! Two caches implement the contract of `SPEC.md` behind one trait,
+//! [`KvCache`]:
+//!
+//! - [`DenseCache`]: preallocated `[B, C, H, D]` K and V buffers, in-place
+//!   writes, in-place rolls, sinks, pins, growth and head ranges
+//!   (SPEC.md §2–§5).
+//! - [`PackedCache`]: per-chunk storage whose cold chunks are kept as int8 /
+//!   int4 codes with one f32 scale per row (SPEC.md §6).
+//!
+//! Both refuse what the contract refuses, with the same [`ErrorKind`] as the
+//! reference model in `kvmodel`, and leave their state untouched when they
+//! do. The `kvcheck` harness proves that, op by op.
+//!
+//! [`ErrorKind`]: kvmodel::ErrorKind
+
+use std::marker::PhantomData;
+
+use candle_core::{DType, Tensor};
+use kvmodel::{CacheError, Config, Dtype, ErrorKind, Write};
+
+pub mod dense;
+pub mod packed;
+pub mod quant;
+
+pub use dense::DenseCache;
+pub use packed::PackedCache;
+
+/// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
+/// contract does not cover (a payload of the wrong shape, a tensor backend
+/// failure). Every error leaves the cache exactly as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The operation is refused by the contract; carries the SPEC.md kind.
+    #[error(transparent)]
+    Contract(#[from] CacheError),
+    /// The K or V payload does not match the write.
+    #[error("{tensor} payload has shape {actual:?} and dtype {actual_dtype:?}, the write needs shape {expected:?} and dtype {expected_dtype:?}")]
+    Payload {
+        /// `"k"` or `"v"`.
+        tensor: &'static str,
+        /// The shape the write needs: `[B, len, heads written, D]`.
+        expected: Vec<usize>,
+        /// The shape given.
+        actual: Vec<usize>,
+        /// The cache dtype.
+        expected_dtype: DType,
+        /// The dtype given.
+        actual_dtype: DType,
+    },
+    /// The tensor backend failed (allocation, device error).
+    #[error("tensor backend: {0}")]
+    Backend(#[from] candle_core::Error),
+}
+
+impl Error {
+    /// The SPEC.md kind, for contract refusals.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Error::Contract(e) => Some(e.kind()),
+            _ => None,
+        }
+    }
+}
+
+/// The result type of cache operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The visible window returned by a write or [`KvCache::view`].
+///
+/// `k` and `v` have shape `[B, positions.len(), heads reported, D]` and hold
+/// the rows of `positions`, in that ascending order. They may share storage
+/// with the cache's buffers (a zero-copy `narrow`), so the view borrows the
+/// cache: it is valid until the next call that mutates the cache, and the
+/// borrow checker enforces that. Copy the tensors (`Tensor::copy`) to keep
+/// them longer.
+#[derive(Debug)]
+pub struct View<'cache> {
+    /// The global end after the operation.
+    pub global_end: u64,
+    /// Visible global positions, ascending.
+    pub positions: Vec<u64>,
+    /// Keys, `[B, len, heads, D]`.
+    pub k: Tensor,
+    /// Values, `[B, len, heads, D]`.
+    pub v: Tensor,
+    /// Whether `k` / `v` are views of the cache's storage rather than copies.
+    pub zero_copy: bool,
+    _cache: PhantomData<&'cache ()>,
+}
+
+impl<'cache> View<'cache> {
+    /// Assembles a view; `zero_copy` says whether the tensors alias storage.
+    pub fn new(global_end: u64, positions: Vec<u64>, k: Tensor, v: Tensor, zero_copy: bool) -> View<'cache> {
+        View {
+            global_end,
+            positions,
+            k,
+            v,
+            zero_copy,
+            _cache: PhantomData,
+        }
+    }
+}
+
+/// What one storage slot of a cache holds, for explanations and for the
+/// explorer's state fingerprints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// Unused.
+    Free,
+    /// A full-precision row of this position.
+    Hot(u64),
+    /// A cold (quantized or moved) row of this position.
+    Cold(u64),
+}
+
+/// A cache's storage layout: its slots in storage order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// Slots in storage order.
+    pub slots: Vec<Slot>,
+}
+
+/// The operations of SPEC.md §3 on an optimized cache.
+///
+/// Every method either succeeds with the outcome the contract gives, or
+/// fails and leaves the cache exactly as it was.
+pub trait KvCache {
+    /// The configuration the cache was built with.
+    fn config(&self) -> &Config;
+    /// The global end `G`.
+    fn global_end(&self) -> u64;
+    /// The current capacity `C` (grows with `growth`).
+    fn capacity(&self) -> usize;
+    /// SPEC.md §3 `write`. `k` and `v` have shape `[B, len, heads written, D]`
+    /// in the cache dtype on the cache device.
+    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>>;
+    /// The view of the current state without a recent window (SPEC.md §4),
+    /// all heads. Read-only; available on every variant (the packed variant
+    /// refuses zero-length writes, so the harness probes it with this).
+    fn view(&self) -> Result<View<'_>>;
+    /// SPEC.md §3 `rewind`; returns the new global end.
+    fn rewind(&mut self, to: i64) -> Result<u64>;
+    /// SPEC.md §3 `evict`; returns the global end.
+    fn evict(&mut self, tokens: i64) -> Result<u64>;
+    /// SPEC.md §3 `pin`; returns the global end.
+    fn pin(&mut self, tokens: i64) -> Result<u64>;
+    /// SPEC.md §3 `reset`; returns 0.
+    fn reset(&mut self) -> u64;
+    /// Bytes held for K and V (SPEC.md §6's formula).
+    fn resident_bytes(&self) -> u64;
+    /// The storage layout, slot by slot.
+    fn layout(&self) -> Layout;
+}
+
+/// The candle dtype of a contract dtype.
+pub fn candle_dtype(dtype: Dtype) -> DType {
+    match dtype {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::Bf16 => DType::BF16,
+    }
+}
+
+/// Checks a write payload's shape and dtype before anything is moved.
+pub(crate) fn check_payload(
+    tensor: &'static str,
+    payload: &Tensor,
+    expected: [usize; 4],
+    dtype: DType,
+) -> Result<()> {
+    if payload.dims() != expected || payload.dtype() != dtype {
+        return Err(Error::Payload {
+            tensor,
+            expected: expected.to_vec(),
+            actual: payload.dims().to_vec(),
+            expected_dtype: dtype,
+            actual_dtype: payload.dtype(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! Cache configuration (SPEC.md §1) and its validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CacheError;
+
+/// The largest number of elements one K or V buffer may hold (SPEC.md §1,
+/// the size rule): `B · C · H · D ≤ 2^31`.
+pub const MAX_ELEMENTS: u64 = 1 << 31;
+
+/// Which cache family a configuration describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// The dense rolling cache of SPEC.md §2–§5 (sinks, pins, growth).
+    Dense,
+    /// The packed cache of SPEC.md §6 (chunks, quantized cold chunks).
+    Packed,
+}
+
+/// Element type of the optimized cache's K and V buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+        }
+    }
+
+    /// The name used in trace files (`"f32"`, `"f16"`, `"bf16"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
+/// How cold chunks of the packed variant are stored (SPEC.md §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quant {
+    /// Exact copy: a storage change only.
+    None,
+    /// Symmetric 8-bit codes, `q = 127`.
+    Int8,
+    /// Symmetric 4-bit codes, `q = 7`, two per byte.
+    Int4,
+}
+
+impl Quant {
+    /// The largest code magnitude `q`, or `None` for exact storage.
+    pub fn max_code(self) -> Option<i32> {
+        match self {
+            Quant::None => None,
+            Quant::Int8 => Some(127),
+            Quant::Int4 => Some(7),
+        }
+    }
+
+    /// The name used in trace files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quant::None => "none",
+            Quant::Int8 => "int8",
+            Quant::Int4 => "int4",
+        }
+    }
+}
+
+/// The packed variant's policy (SPEC.md §6). Defaults follow TRACE.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PackedPolicy {
+    /// How many of the most recent completed chunks stay hot. Default 1.
+    pub keep_recent_chunks: usize,
+    /// Storage of cold chunks. Default `int8`.
+    pub quant: Quant,
+    /// Whether chunks starting inside the sink may go cold. Default false.
+    pub pack_sink: bool,
+}
+
+impl Default for PackedPolicy {
+    fn default() -> Self {
+        PackedPolicy {
+            keep_recent_chunks: 1,
+            quant: Quant::Int8,
+            pack_sink: false,
+        }
+    }
+}
+
+/// A cache configuration (SPEC.md §1, TRACE.md `config`).
+///
+/// Construct one with [`Config::dense`] or [`Config::packed`] and adjust the
+/// public fields; every cache and the model call [`Config::validate`] before
+/// they accept it, so an invalid value is always refused with
+/// `invalid_config` naming the field.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Config {
+    /// Cache family.
+    pub variant: Variant,
+    /// Batch size `B` (writes cover every batch row).
+    pub batch: usize,
+    /// Cache heads `H`.
+    pub heads: usize,
+    /// Head dimension `D`.
+    pub head_dim: usize,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Capacity `C` in tokens.
+    pub capacity: usize,
+    /// Sink tokens `S`.
+    pub sink: usize,
+    /// Attention window `W`; `None` means `W = C`.
+    pub window: Option<usize>,
+    /// Grow instead of evicting (dense only).
+    pub growth: bool,
+    /// Tokens that stay sink while a chunk is pinned (SPEC.md §5).
+    pub global_sink: usize,
+    /// Packed policy; `None` on a packed config means the defaults.
+    pub packed: Option<PackedPolicy>,
+    /// Seed of the deterministic K/V payload the harness writes.
+    pub seed: u64,
+}
+
+impl Config {
+    /// A dense configuration with capacity `capacity` and every other field
+    /// at its TRACE.md default (B = H = D = 1, f32, no sink, W = C).
+    pub fn dense(capacity: usize) -> Config {
+        Config {
+            variant: Variant::Dense,
+            batch: 1,
+            heads: 1,
+            head_dim: 1,
+            dtype: Dtype::F32,
+            capacity,
+            sink: 0,
+            window: None,
+            growth: false,
+            global_sink: 0,
+            packed: None,
+            seed: 0,
+        }
+    }
+
+    /// A packed configuration with the default policy.
+    pub fn packed(capacity: usize) -> Config {
+        Config {
+            variant: Variant::Packed,
+            ..Config::dense(capacity)
+        }
+    }
+
+    /// The window in force at construction: `window`, or `capacity`.
+    pub fn effective_window(&self) -> usize {
+        self.window.unwrap_or(self.capacity)
+    }
+
+    /// The packed policy in force (the defaults when `packed` is `None`).
+    pub fn packed_policy(&self) -> PackedPolicy {
+        self.packed.unwrap_or_default()
+    }
+
+    /// Elements of one token (one position across batch rows and heads):
+    /// `B · H · D`, saturating so that absurd configs fail validation instead
+    /// of overflowing.
+    pub fn elements_per_token(&self) -> u64 {
+        (self.batch as u64)
+            .saturating_mul(self.heads as u64)
+            .saturating_mul(self.head_dim as u64)
+    }
+
+    /// The largest capacity the size rule allows for this B, H, D.
+    pub fn max_capacity(&self) -> usize {
+        let per_token = self.elements_per_token().max(1);
+        usize::try_from(MAX_ELEMENTS / per_token).unwrap_or(usize::MAX)
+    }
+
+    /// Checks every rule of SPEC.md §1. The error names the first field that
+    /// breaks a rule.
+    pub fn validate(&self) -> Result<(), CacheError> {
+        let bad = |field: &'static str, reason: String| Err(CacheError::InvalidConfig { field, reason });
+        for (field, value) in [
+            ("batch", self.batch),
+            ("heads", self.heads),
+            ("head_dim", self.head_dim),
+            ("capacity", self.capacity),
+        ] {
+            if value < 1 {
+                return bad(field, format!("must be at least 1, got {value}"));
+            }
+        }
+        if self.sink >= self.capacity {
+            return bad(
+                "sink",
+                format!("must be below capacity {}, got {}", self.capacity, self.sink),
+            );
+        }
+        if let Some(window) = self.window {
+            if window <= self.sink || window > self.capacity {
+                return bad(
+                    "window",
+                    format!(
+                        "must satisfy sink {} < window <= capacity {}, got {window}",
+                        self.sink, self.capacity
+                    ),
+                );
+            }
+        }
+        if self.global_sink > self.sink {
+            return bad(
+                "global_sink",
+                format!("must be at most sink {}, got {}", self.sink, self.global_sink),
+            );
+        }
+        match self.variant {
+            Variant::Dense => {
+                if self.packed.is_some() {
+                    return bad("packed", "is only allowed with variant \"packed\"".to_string());
+                }
+            }
+            Variant::Packed => {
+                if self.growth {
+                    return bad("growth", "is not supported by the packed variant".to_string());
+                }
+            }
+        }
+        let elements = self.elements_per_token().saturating_mul(self.capacity as u64);
+        if elements > MAX_ELEMENTS {
+            return bad(
+                "capacity",
+                format!(
+                    "batch {} x capacity {} x heads {} x head_dim {} = {elements} elements exceeds the size rule 2^31",
+                    self.batch, self.capacity, self.heads, self.head_dim
+                ),
+            );
+        }
+        Ok(())
+    }
+}
