@@ -24,7 +24,6 @@ pub mod dense;
 pub mod packed;
 pub mod quant;
 
-
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend
 /// failure). Every error leaves the cache exactly as it was.
@@ -90,7 +89,13 @@ pub struct View<'cache> {
 
 impl<'cache> View<'cache> {
     /// Assembles a view; `zero_copy` says whether the tensors alias storage.
-    pub fn new(global_end: u64, positions: Vec<u64>, k: Tensor, v: Tensor, zero_copy: bool) -> View<'cache> {
+    pub fn new(
+        global_end: u64,
+        positions: Vec<u64>,
+        k: Tensor,
+        v: Tensor,
+        zero_copy: bool,
+    ) -> View<'cache> {
         View {
             global_end,
             positions,
@@ -162,8 +167,8 @@ pub fn candle_dtype(dtype: Dtype) -> DType {
     }
 }
 
-/// Checks a write payload's shape and dtype before anything is moved.
-pub(crate) fn check_payload(
+/// Checks a write payload's shape (`[B, len, heads written, D]`) and dtype before anything is moved; the error names the tensor.
+pub fn check_payload(
     tensor: &'static str,
     payload: &Tensor,
     expected: [usize; 4],

@@ -1,1 +1,38 @@
-//! kvcheck
+//! kvcheck: proves streaming attention KV caches correct by checking them,
+//! op by op, against the reference model of `SPEC.md`.
+//!
+//! The vocabulary ([`Op`], [`Outcome`], [`Config`]) comes from `kvmodel`;
+//! this crate adds what every engine shares:
+//!
+//! - [`lockstep::Lockstep`], the one driver that applies each op to the
+//!   model and to a cache and compares everything, bit for bit;
+//! - [`divergence::Divergence`], the report of a disagreement;
+//! - [`trace::Trace`], the kvtrace/1 file format;
+//! - [`payload`], the deterministic K/V values the driver writes;
+//! - [`coverage::Coverage`], the labelled events a run reached;
+//! - [`subject`], the implementations under test, including the naive
+//!   [`subject::ReferenceCache`] with injectable faults.
+//!
+//! ```
+//! use kvcheck::lockstep::Lockstep;
+//! use kvcheck::{Config, Op, Write};
+//!
+//! let mut config = Config::dense(8);
+//! config.sink = 2;
+//! let mut run = Lockstep::new(&config).unwrap();
+//! let ops = [Op::Write(Write::new(0, 4)), Op::Write(Write::new(4, 6)), Op::Write(Write::new(4, 6))];
+//! run.run(&ops).expect("the dense cache matches the model");
+//! ```
+
+pub mod coverage;
+pub mod divergence;
+pub mod lockstep;
+pub mod payload;
+pub mod replay;
+pub mod subject;
+pub mod trace;
+
+pub use kvmodel::{
+    CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Variant,
+    Write,
+};

@@ -1,0 +1,147 @@
+//! `kvcheck replay`: replay trace files and directories.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kvcheck::replay::{replay, ReplayReport};
+use kvcheck::subject::SubjectSpec;
+use kvcheck::trace::{collect_trace_files, Trace};
+use serde_json::json;
+
+use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Trace files, or directories walked for `*.kvtrace.json`.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// What to check against the model: `cache` (the shipped cache for the
+    /// trace's variant), `reference` (the naive cache) or `fault:NAME`.
+    #[arg(long, default_value = "cache")]
+    subject: SubjectSpec,
+    /// Only replay through the model and check `expect`.
+    #[arg(long)]
+    model_only: bool,
+    /// Print one line per trace instead of the step tables.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Machine-readable output: one JSON array of per-trace results.
+    #[arg(long)]
+    json: bool,
+    /// Directory for the traces of divergences [default: target/kvcheck-failures].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let files = match collect_trace_files(&args.paths) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    if files.is_empty() {
+        eprintln!("error: no *.kvtrace.json files under {:?}", args.paths);
+        return ExitCode::from(EXIT_INPUT);
+    }
+    let failures = failures_dir(args.out.clone());
+    let subject = (!args.model_only).then_some(args.subject);
+    let (mut passed, mut failed, mut unreadable) = (0, 0, 0);
+    let mut json_results = Vec::new();
+    for file in &files {
+        let trace = match Trace::load(file) {
+            Ok(trace) => trace,
+            Err(e) => {
+                unreadable += 1;
+                if args.json {
+                    json_results.push(json!({"path": file, "error": e.to_string()}));
+                } else {
+                    println!("ERROR {}\n      {e}", file.display());
+                }
+                continue;
+            }
+        };
+        let report = replay(&trace, Some(file), subject, Some(&failures));
+        if report.passed() {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+        if args.json {
+            json_results.push(report_json(&report));
+        } else {
+            print_report(&report, &trace, args.quiet);
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json_results).expect("plain JSON values")
+        );
+    } else {
+        println!(
+            "{passed} passed, {failed} failed{}",
+            if unreadable > 0 {
+                format!(", {unreadable} unreadable")
+            } else {
+                String::new()
+            }
+        );
+    }
+    if failed > 0 {
+        ExitCode::from(EXIT_MISMATCH)
+    } else if unreadable > 0 {
+        ExitCode::from(EXIT_INPUT)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_report(report: &ReplayReport, trace: &Trace, quiet: bool) {
+    let path = report
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let checked = match &report.subject {
+        Some(subject) => format!("model + {subject}"),
+        None => "model".to_string(),
+    };
+    let status = if report.passed() { "PASS " } else { "FAIL " };
+    println!("{status} {path} ({checked}, {} ops)", trace.ops.len());
+    if !quiet {
+        if let Some(note) = &trace.note {
+            println!("      {note}");
+        }
+        for line in report.table().lines() {
+            println!("      {line}");
+        }
+    }
+    if let Some(failure) = report.failure() {
+        for line in failure.lines() {
+            println!("      {line}");
+        }
+    }
+}
+
+fn report_json(report: &ReplayReport) -> serde_json::Value {
+    json!({
+        "path": report.path,
+        "passed": report.passed(),
+        "subject": report.subject,
+        "steps": report.steps,
+        "expect_mismatch": report.expect_mismatch,
+        "setup_error": report.setup_error,
+        "divergence": report.divergence.as_ref().map(|d| json!({
+            "step": d.step,
+            "op": d.op,
+            "kind": d.kind.name(),
+            "expected": d.expected,
+            "actual": d.actual,
+            "rows": d.rows.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            "trace": d.saved,
+            "reproduce": d.replay_command(),
+        })),
+    })
+}

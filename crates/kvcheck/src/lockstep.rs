@@ -1,0 +1,525 @@
+//! The lockstep driver: one function that every engine uses (property
+//! suites, `kvcheck run`, replay, fuzz targets, the explorer).
+//!
+//! Each op goes to the reference model and to the cache under test. After
+//! every op the driver compares the outcome kind, the global end, the
+//! capacity and resident bytes, and for writes the visible positions and
+//! the view tensors, bit for bit, against the values the model's writers
+//! imply (see [`crate::payload`]). After every refused op a read-only probe
+//! proves that nothing changed. A disagreement is returned as a
+//! [`Divergence`] value; the driver never panics on a cache's behaviour.
+
+use std::ops::Range;
+
+use candle_core::{Device, Tensor};
+use kvcache::{KvCache, View};
+use kvmodel::{CacheError, Config, Effect, Model, Op, Outcome, Variant, Write};
+
+use crate::coverage::Coverage;
+use crate::divergence::{
+    decode_row, describe_outcome, Divergence, DivergenceKind, RowMismatch, RowSource,
+};
+use crate::payload::{expected_view, tensor_values, write_tensor, Kv, RowId};
+use crate::subject::open_cache;
+use crate::trace::Trace;
+
+/// Elements of a payload the driver builds for a write the model refuses;
+/// above it the cache gets an empty payload (it must refuse before looking).
+const REFUSED_PAYLOAD_LIMIT: usize = 1 << 20;
+
+/// Why a lockstep run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The configuration breaks SPEC.md §1.
+    #[error(transparent)]
+    InvalidConfig(#[from] CacheError),
+    /// The model accepts the configuration but the cache does not.
+    #[error("the model accepts the configuration but the cache refuses it: {0}")]
+    CacheRefused(kvcache::Error),
+}
+
+/// The model and one cache, driven in lockstep.
+pub struct Lockstep {
+    model: Model,
+    cache: Box<dyn KvCache>,
+    subject: String,
+    device: Device,
+    ops: Vec<Op>,
+    coverage: Coverage,
+}
+
+impl Lockstep {
+    /// The model and the shipped cache for `config.variant`, on the CPU.
+    pub fn new(config: &Config) -> Result<Lockstep, SetupError> {
+        Self::on_device(config, &Device::Cpu)
+    }
+
+    /// The model and the shipped cache for `config.variant`, on `device`.
+    pub fn on_device(config: &Config, device: &Device) -> Result<Lockstep, SetupError> {
+        let model = Model::new(config)?;
+        let cache = open_cache(config, device).map_err(SetupError::CacheRefused)?;
+        let subject = match config.variant {
+            Variant::Dense => "dense",
+            Variant::Packed => "packed",
+        };
+        Ok(Self::assemble(model, cache, subject, device))
+    }
+
+    /// The model and any cache (a constructed failing subject, say), named
+    /// `subject` in reports.
+    pub fn with_cache(
+        config: &Config,
+        cache: Box<dyn KvCache>,
+        subject: &str,
+        device: &Device,
+    ) -> Result<Lockstep, SetupError> {
+        Ok(Self::assemble(Model::new(config)?, cache, subject, device))
+    }
+
+    fn assemble(model: Model, cache: Box<dyn KvCache>, subject: &str, device: &Device) -> Lockstep {
+        Lockstep {
+            model,
+            cache,
+            subject: subject.to_string(),
+            device: device.clone(),
+            ops: Vec::new(),
+            coverage: Coverage::default(),
+        }
+    }
+
+    /// The reference model's current state.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The cache under test.
+    pub fn cache(&self) -> &dyn KvCache {
+        self.cache.as_ref()
+    }
+
+    /// The events labelled so far.
+    pub fn coverage(&self) -> &Coverage {
+        &self.coverage
+    }
+
+    /// Ops applied so far.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// The ops so far as a trace with `expect` filled in by the model.
+    pub fn trace(&self) -> Trace {
+        Trace::new(self.model.config().clone(), self.ops.clone()).with_model_expect()
+    }
+
+    /// Applies every op in order; stops at the first divergence.
+    pub fn run<'a>(
+        &mut self,
+        ops: impl IntoIterator<Item = &'a Op>,
+    ) -> Result<(), Box<Divergence>> {
+        for op in ops {
+            self.step(op)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `op` to both sides and compares everything. Returns the
+    /// model's outcome, which the cache matched.
+    pub fn step(&mut self, op: &Op) -> Result<Outcome, Box<Divergence>> {
+        let index = self.ops.len();
+        self.ops.push(*op);
+        let before = self.model.clone();
+        let expected: Outcome = self.model.apply(index as u64, op).into();
+        match op {
+            Op::Write(w) => self.step_write(index, w, &expected)?,
+            _ => {
+                let actual = match op {
+                    Op::Rewind { to } => self.cache.rewind(*to),
+                    Op::Evict { tokens } => self.cache.evict(*tokens),
+                    Op::Pin { tokens } => self.cache.pin(*tokens),
+                    _ => Ok(self.cache.reset()),
+                };
+                let effect = self.compare_outcome(index, &expected, actual)?;
+                if let Some(effect) = effect {
+                    if actual_global_end_differs(&effect, self.cache.global_end()) {
+                        return Err(self.divergence(
+                            index,
+                            DivergenceKind::GlobalEnd,
+                            describe_outcome(&expected),
+                            format!("ok G={}", self.cache.global_end()),
+                        ));
+                    }
+                }
+            }
+        }
+        self.check_state(index)?;
+        if expected.error_kind().is_some() {
+            self.probe(index)?;
+        }
+        self.coverage.observe(&before, &self.model, op, &expected);
+        Ok(expected)
+    }
+
+    fn step_write(
+        &mut self,
+        index: usize,
+        w: &Write,
+        expected: &Outcome,
+    ) -> Result<(), Box<Divergence>> {
+        let config = self.model.config().clone();
+        let heads = valid_heads(w, config.heads).unwrap_or(0..config.heads);
+        let len = usize::try_from(w.len).unwrap_or(0);
+        let elements = config
+            .batch
+            .saturating_mul(len)
+            .saturating_mul(heads.len())
+            .saturating_mul(config.head_dim);
+        let feasible =
+            w.start >= 0 && (expected.error_kind().is_none() || elements <= REFUSED_PAYLOAD_LIMIT);
+        let (start, len) = if feasible {
+            (w.start as u64, len)
+        } else {
+            (0, 0)
+        };
+        let payload = |kv| {
+            write_tensor(
+                &config,
+                &self.device,
+                kv,
+                index as u64,
+                start,
+                len,
+                heads.clone(),
+            )
+        };
+        let (k, v) = match (payload(Kv::K), payload(Kv::V)) {
+            (Ok(k), Ok(v)) => (k, v),
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(self.divergence(
+                    index,
+                    DivergenceKind::Backend,
+                    describe_outcome(expected),
+                    format!("building the payload failed: {e}"),
+                ))
+            }
+        };
+        let actual = self.cache.write(w, &k, &v);
+        let (view, effect) = match (actual, expected) {
+            (Ok(view), Outcome::Ok(effect)) => (view, effect.clone()),
+            (actual, expected) => {
+                let actual = actual.map(|view| view.global_end);
+                self.compare_outcome(index, expected, actual)?;
+                return Ok(());
+            }
+        };
+        let reported = if w.heads.is_some() {
+            heads
+        } else {
+            0..config.heads
+        };
+        let failure = check_view(&self.model, &self.ops, &view, &effect, reported);
+        drop(view);
+        match failure {
+            None => Ok(()),
+            Some((kind, actual, rows)) => {
+                let mut d = self.divergence(index, kind, describe_outcome(expected), actual);
+                d.rows = rows;
+                Err(d)
+            }
+        }
+    }
+
+    /// Compares a refusal or a non-write success; returns the model's effect
+    /// when both succeeded.
+    fn compare_outcome(
+        &self,
+        index: usize,
+        expected: &Outcome,
+        actual: kvcache::Result<u64>,
+    ) -> Result<Option<Effect>, Box<Divergence>> {
+        let actual = match actual {
+            Ok(g) => Ok(g),
+            Err(kvcache::Error::Contract(e)) => Err(e),
+            Err(other) => {
+                return Err(self.divergence(
+                    index,
+                    DivergenceKind::Backend,
+                    describe_outcome(expected),
+                    format!("error outside the contract: {other}"),
+                ))
+            }
+        };
+        match (expected, actual) {
+            (Outcome::Ok(effect), Ok(g)) => {
+                if effect.global_end != g {
+                    return Err(self.divergence(
+                        index,
+                        DivergenceKind::GlobalEnd,
+                        describe_outcome(expected),
+                        format!("ok G={g}"),
+                    ));
+                }
+                Ok(Some(effect.clone()))
+            }
+            (Outcome::Err(kind), Err(e)) if e.kind() == *kind => Ok(None),
+            (_, Ok(g)) => Err(self.divergence(
+                index,
+                DivergenceKind::Outcome,
+                describe_outcome(expected),
+                format!("ok G={g}"),
+            )),
+            (_, Err(e)) => Err(self.divergence(
+                index,
+                DivergenceKind::Outcome,
+                describe_outcome(expected),
+                format!("err {} ({e})", e.kind()),
+            )),
+        }
+    }
+
+    /// Global end, capacity and resident bytes after every op.
+    fn check_state(&self, index: usize) -> Result<(), Box<Divergence>> {
+        let (m, c) = (&self.model, self.cache.as_ref());
+        let checks = [
+            (
+                DivergenceKind::GlobalEnd,
+                "global end",
+                m.global_end(),
+                c.global_end(),
+            ),
+            (
+                DivergenceKind::Capacity,
+                "capacity",
+                m.capacity() as u64,
+                c.capacity() as u64,
+            ),
+            (
+                DivergenceKind::ResidentBytes,
+                "resident bytes",
+                m.resident_bytes(),
+                c.resident_bytes(),
+            ),
+        ];
+        for (kind, what, expected, actual) in checks {
+            if expected != actual {
+                return Err(self.divergence(
+                    index,
+                    kind,
+                    format!("{what} {expected}"),
+                    format!("{what} {actual}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// SPEC.md §3: after a refused op the cache must be unchanged. Dense
+    /// caches are probed with a zero-length write at the global end; the
+    /// packed variant refuses that write, so it is probed with `view()`.
+    fn probe(&mut self, index: usize) -> Result<(), Box<Divergence>> {
+        let config = self.model.config().clone();
+        let all_heads = 0..config.heads;
+        let visible = self.model.view(None);
+        let effect = Effect {
+            global_end: self.model.global_end(),
+            visible: Some(visible),
+            writers: None,
+        };
+        let empty = match Tensor::zeros(
+            (config.batch, 0, config.heads, config.head_dim),
+            kvcache::candle_dtype(config.dtype),
+            &self.device,
+        ) {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(self.divergence(
+                    index,
+                    DivergenceKind::Backend,
+                    "a probe".into(),
+                    format!("building the probe failed: {e}"),
+                ))
+            }
+        };
+        let viewed = match config.variant {
+            Variant::Dense => {
+                let probe = Write::new(self.model.global_end() as i64, 0);
+                self.cache.write(&probe, &empty, &empty)
+            }
+            Variant::Packed => self.cache.view(),
+        };
+        let failure = match viewed {
+            Ok(view) => check_view(&self.model, &self.ops, &view, &effect, all_heads),
+            Err(e) => Some((
+                DivergenceKind::Probe,
+                format!("the read-only probe failed: {e}"),
+                Vec::new(),
+            )),
+        };
+        match failure {
+            None => Ok(()),
+            Some((_, actual, rows)) => {
+                let expected = format!(
+                    "unchanged after the refusal: {}",
+                    describe_outcome(&Outcome::Ok(effect))
+                );
+                let mut d = self.divergence(
+                    index,
+                    DivergenceKind::Probe,
+                    expected,
+                    format!("probe shows {actual}"),
+                );
+                d.rows = rows;
+                Err(d)
+            }
+        }
+    }
+
+    fn divergence(
+        &self,
+        index: usize,
+        kind: DivergenceKind,
+        expected: String,
+        actual: String,
+    ) -> Box<Divergence> {
+        Box::new(Divergence {
+            step: index,
+            op: self.ops[index],
+            kind,
+            expected,
+            actual,
+            rows: Vec::new(),
+            trace: self.trace(),
+            subject: self.subject.clone(),
+            saved: None,
+        })
+    }
+}
+
+fn actual_global_end_differs(effect: &Effect, cache_end: u64) -> bool {
+    effect.global_end != cache_end
+}
+
+/// The head range of a write, when it is valid.
+pub fn valid_heads(w: &Write, heads: usize) -> Option<Range<usize>> {
+    match w.heads {
+        None => Some(0..heads),
+        Some([first, count]) => {
+            let fits = first >= 0
+                && count >= 1
+                && first
+                    .checked_add(count)
+                    .is_some_and(|end| end <= heads as i64);
+            fits.then(|| first as usize..(first + count) as usize)
+        }
+    }
+}
+
+type ViewFailure = (DivergenceKind, String, Vec<RowMismatch>);
+
+/// Rows listed at most in a report.
+const REPORTED_ROWS: usize = 6;
+
+/// Compares a view against the model's expectation. `None` when equal.
+fn check_view(
+    model: &Model,
+    ops: &[Op],
+    view: &View<'_>,
+    effect: &Effect,
+    heads: Range<usize>,
+) -> Option<ViewFailure> {
+    let config = model.config();
+    let positions = effect.visible.as_deref().unwrap_or(&[]);
+    let shown = |positions: &[u64]| kvmodel::format_ranges(positions.iter().copied());
+    if view.global_end != effect.global_end {
+        return Some((
+            DivergenceKind::GlobalEnd,
+            format!("ok G={}", view.global_end),
+            Vec::new(),
+        ));
+    }
+    if view.positions != positions {
+        return Some((
+            DivergenceKind::Visible,
+            format!(
+                "ok G={} visible {}",
+                view.global_end,
+                shown(&view.positions)
+            ),
+            Vec::new(),
+        ));
+    }
+    let shape = [config.batch, positions.len(), heads.len(), config.head_dim];
+    for (kv, tensor) in [(Kv::K, &view.k), (Kv::V, &view.v)] {
+        if tensor.dims() != shape || tensor.dtype() != kvcache::candle_dtype(config.dtype) {
+            return Some((
+                DivergenceKind::Shape,
+                format!(
+                    "{kv:?} has shape {:?} {:?}, expected {shape:?} {:?}",
+                    tensor.dims(),
+                    tensor.dtype(),
+                    config.dtype
+                ),
+                Vec::new(),
+            ));
+        }
+        let actual = match tensor_values(tensor) {
+            Ok(values) => values,
+            Err(e) => {
+                return Some((
+                    DivergenceKind::Backend,
+                    format!("reading the view failed: {e}"),
+                    Vec::new(),
+                ))
+            }
+        };
+        let expected = expected_view(model, kv, positions, heads.clone());
+        let d = config.head_dim;
+        let mut rows = Vec::new();
+        let mut wrong = 0;
+        for (r, (a, e)) in actual.chunks(d).zip(expected.chunks(d)).enumerate() {
+            if a.iter().zip(e).all(|(x, y)| x.to_bits() == y.to_bits()) {
+                continue;
+            }
+            wrong += 1;
+            if rows.len() < REPORTED_ROWS {
+                let hc = heads.len();
+                let (batch, rest) = (r / (positions.len() * hc), r % (positions.len() * hc));
+                let (i, head) = (rest / hc, heads.start + rest % hc);
+                let position = positions[i];
+                let expected_source = match model.writers(position).and_then(|w| w[head]) {
+                    Some(writer) => RowSource::Payload {
+                        id: RowId {
+                            writer,
+                            position,
+                            batch,
+                            head,
+                        },
+                        cold: model.is_cold(position),
+                    },
+                    None => RowSource::Zeros,
+                };
+                rows.push(RowMismatch {
+                    kv,
+                    row: i,
+                    position,
+                    head,
+                    batch,
+                    expected: expected_source,
+                    found: decode_row(config, ops, kv, batch, a),
+                });
+            }
+        }
+        if wrong > 0 {
+            return Some((
+                DivergenceKind::Values,
+                format!(
+                    "ok G={} visible {} but {wrong} {kv:?} rows hold wrong values",
+                    view.global_end,
+                    shown(&view.positions)
+                ),
+                rows,
+            ));
+        }
+    }
+    None
+}

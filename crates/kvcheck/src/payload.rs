@@ -1,0 +1,263 @@
+//! The deterministic K/V payload the harness writes, and the values a view
+//! must therefore hold.
+//!
+//! Every element is a pure function of (seed, op index, position, batch
+//! row, head, dim, K|V), so the expected view follows from the model's
+//! writers alone, and a wrong row can be traced back to the write it came
+//! from. Values are `±(1 + m) · 2^e` with `e ∈ [-6, 5]` and `m` using only
+//! the dtype's mantissa bits: exactly representable in the dtype, finite,
+//! never zero (zero is what never-written heads read as).
+
+use candle_core::{Device, Tensor};
+use half::{bf16, f16};
+use kvmodel::quant::cold_round_trip;
+use kvmodel::{Config, Dtype, Model, Quant};
+
+/// Which of the two tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kv {
+    /// Keys.
+    K,
+    /// Values.
+    V,
+}
+
+/// Where one row of `D` values was written: the key of a payload row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowId {
+    /// The op that wrote it.
+    pub writer: u64,
+    /// Global position.
+    pub position: u64,
+    /// Batch row.
+    pub batch: usize,
+    /// Head.
+    pub head: usize,
+}
+
+fn mix(mut z: u64) -> u64 {
+    // splitmix64's finalizer: cheap, and every input bit reaches every output bit.
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The payload element for `row`, dim `dim`, of `kv`, as the f32 that the
+/// dtype value stands for.
+pub fn element(seed: u64, dtype: Dtype, kv: Kv, row: RowId, dim: usize) -> f32 {
+    let mut h = mix(seed ^ 0x6b76_6368_6563_6b00);
+    for part in [
+        row.writer,
+        row.position,
+        row.batch as u64,
+        row.head as u64,
+        dim as u64,
+        kv as u64,
+    ] {
+        h = mix(h ^ part.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    }
+    let mantissa_bits = match dtype {
+        Dtype::F32 => 23,
+        Dtype::F16 => 10,
+        Dtype::Bf16 => 7,
+    };
+    let mantissa = (h & ((1 << mantissa_bits) - 1)) as f32 / (1u64 << mantissa_bits) as f32;
+    let exponent = ((h >> 32) % 12) as i32 - 6;
+    let sign = if (h >> 63) == 1 { -1.0 } else { 1.0 };
+    sign * (1.0 + mantissa) * 2f32.powi(exponent)
+}
+
+/// The `D` payload values of one row.
+pub fn row(config: &Config, kv: Kv, id: RowId) -> Vec<f32> {
+    (0..config.head_dim)
+        .map(|d| element(config.seed, config.dtype, kv, id, d))
+        .collect()
+}
+
+/// The K or V tensor `[B, len, heads.len(), D]` that op `writer` writes.
+pub fn write_tensor(
+    config: &Config,
+    device: &Device,
+    kv: Kv,
+    writer: u64,
+    start: u64,
+    len: usize,
+    heads: std::ops::Range<usize>,
+) -> candle_core::Result<Tensor> {
+    let hc = heads.len();
+    let mut data = Vec::with_capacity(config.batch * len * hc * config.head_dim);
+    for batch in 0..config.batch {
+        for i in 0..len as u64 {
+            for head in heads.clone() {
+                let id = RowId {
+                    writer,
+                    position: start + i,
+                    batch,
+                    head,
+                };
+                data.extend(row(config, kv, id));
+            }
+        }
+    }
+    to_dtype_tensor(
+        data,
+        [config.batch, len, hc, config.head_dim],
+        config.dtype,
+        device,
+    )
+}
+
+/// A tensor of the dtype from f32 values that the dtype represents exactly.
+pub fn to_dtype_tensor(
+    data: Vec<f32>,
+    shape: [usize; 4],
+    dtype: Dtype,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    match dtype {
+        Dtype::F32 => Tensor::from_vec(data, &shape, device),
+        Dtype::F16 => Tensor::from_vec(
+            data.into_iter().map(f16::from_f32).collect::<Vec<_>>(),
+            &shape,
+            device,
+        ),
+        Dtype::Bf16 => Tensor::from_vec(
+            data.into_iter().map(bf16::from_f32).collect::<Vec<_>>(),
+            &shape,
+            device,
+        ),
+    }
+}
+
+/// A view tensor's elements as f32 (exact for every dtype), in row-major
+/// `[B, len, heads, D]` order.
+pub fn tensor_values(tensor: &Tensor) -> candle_core::Result<Vec<f32>> {
+    tensor
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()
+}
+
+/// The values a view of `positions` reporting `heads` must hold, row-major
+/// `[B, len, heads, D]`: the payload of each row's writer, the reference
+/// quantizer's round trip for rows of cold chunks, zeros where a head was
+/// never written.
+pub fn expected_view(
+    model: &Model,
+    kv: Kv,
+    positions: &[u64],
+    heads: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let config = model.config();
+    let quant = match config.variant {
+        kvmodel::Variant::Packed => config.packed_policy().quant,
+        kvmodel::Variant::Dense => Quant::None,
+    };
+    let mut out =
+        Vec::with_capacity(config.batch * positions.len() * heads.len() * config.head_dim);
+    for batch in 0..config.batch {
+        for &position in positions {
+            let writers = model.writers(position).unwrap_or(&[]);
+            for head in heads.clone() {
+                match writers.get(head).copied().flatten() {
+                    None => out.extend(std::iter::repeat_n(0.0, config.head_dim)),
+                    Some(writer) => {
+                        let values = row(
+                            config,
+                            kv,
+                            RowId {
+                                writer,
+                                position,
+                                batch,
+                                head,
+                            },
+                        );
+                        if model.is_cold(position) {
+                            out.extend(cold_round_trip(&values, quant, config.dtype));
+                        } else {
+                            out.extend(values);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_are_exact_in_their_dtype_and_nonzero() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            for writer in 0..50 {
+                let id = RowId {
+                    writer,
+                    position: writer * 3,
+                    batch: 0,
+                    head: 1,
+                };
+                let x = element(7, dtype, Kv::K, id, 2);
+                assert!(x.is_finite() && x != 0.0);
+                assert_eq!(kvmodel::quant::round_to_dtype(x, dtype), x);
+            }
+        }
+    }
+
+    #[test]
+    fn elements_differ_by_every_coordinate() {
+        let id = RowId {
+            writer: 1,
+            position: 2,
+            batch: 0,
+            head: 0,
+        };
+        let base = element(0, Dtype::F32, Kv::K, id, 0);
+        assert_ne!(base, element(1, Dtype::F32, Kv::K, id, 0));
+        assert_ne!(base, element(0, Dtype::F32, Kv::V, id, 0));
+        assert_ne!(base, element(0, Dtype::F32, Kv::K, id, 1));
+        assert_ne!(
+            base,
+            element(0, Dtype::F32, Kv::K, RowId { writer: 2, ..id }, 0)
+        );
+        assert_ne!(
+            base,
+            element(0, Dtype::F32, Kv::K, RowId { position: 3, ..id }, 0)
+        );
+        assert_ne!(
+            base,
+            element(0, Dtype::F32, Kv::K, RowId { batch: 1, ..id }, 0)
+        );
+        assert_ne!(
+            base,
+            element(0, Dtype::F32, Kv::K, RowId { head: 1, ..id }, 0)
+        );
+    }
+
+    #[test]
+    fn tensors_round_trip_exactly() {
+        let mut config = Config::dense(4);
+        config.heads = 3;
+        config.head_dim = 5;
+        config.batch = 2;
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            config.dtype = dtype;
+            let t = write_tensor(&config, &Device::Cpu, Kv::V, 3, 1, 2, 1..3).unwrap();
+            assert_eq!(t.dims(), &[2, 2, 2, 5]);
+            let values = tensor_values(&t).unwrap();
+            let id = RowId {
+                writer: 3,
+                position: 2,
+                batch: 1,
+                head: 2,
+            };
+            let offset = ((1 * 2 + 1) * 2 + 1) * 5;
+            assert_eq!(
+                &values[offset..offset + 5],
+                row(&config, Kv::V, id).as_slice()
+            );
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! The implementations the driver can check against the model.
+//!
+//! - [`open_cache`]: the shipped cache for a configuration's variant
+//!   (`DenseCache` or `PackedCache`).
+//! - [`ReferenceCache`]: a deliberately naive [`KvCache`] that keeps every
+//!   row in a map and asks the model what is resident. It is obviously right,
+//!   which makes it the base for *constructed failing subjects*: with a
+//!   [`Fault`] injected it fails in a known way, so the tests of the driver,
+//!   the minimizer, the explainer and the explorer can prove that they catch
+//!   and shrink real failures without planting bugs in the shipped caches.
+
+use std::collections::HashMap;
+
+use candle_core::{Device, Tensor};
+use kvcache::{KvCache, Layout, Slot, View};
+use kvmodel::quant::cold_round_trip;
+use kvmodel::{CacheError, Config, Model, Quant, Variant, Write};
+
+use crate::payload::{tensor_values, to_dtype_tensor, Kv};
+
+/// The shipped cache for `config.variant`, on `device`.
+pub fn open_cache(config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
+    Ok(match config.variant {
+        Variant::Dense => Box::new(ReferenceCache::new(config, device)?),
+        Variant::Packed => Box::new(ReferenceCache::new(config, device)?),
+    })
+}
+
+/// A bug to inject into a [`ReferenceCache`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Rewrites of positions below the global end keep the old values (a
+    /// denoise step that never lands): a value divergence.
+    StaleRewrite,
+    /// Writes that overlap the global end are refused as `non_sequential`:
+    /// an outcome divergence.
+    RefuseOverlap,
+    /// Once anything has been evicted, position 0 drops out of the view: a
+    /// visible-positions divergence.
+    ForgetSinkAfterEviction,
+}
+
+impl Fault {
+    /// Every fault, for tests that sweep them.
+    pub const ALL: [Fault; 3] = [
+        Fault::StaleRewrite,
+        Fault::RefuseOverlap,
+        Fault::ForgetSinkAfterEviction,
+    ];
+
+    /// Name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::StaleRewrite => "stale-rewrite",
+            Fault::RefuseOverlap => "refuse-overlap",
+            Fault::ForgetSinkAfterEviction => "forget-sink-after-eviction",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// A naive cache: the model decides what is resident, a map holds each
+/// row's values. See the module docs.
+#[derive(Clone, Debug)]
+pub struct ReferenceCache {
+    model: Model,
+    device: Device,
+    rows: HashMap<(Kv, u64, usize, usize), Vec<f32>>,
+    writes: u64,
+    evicted_once: bool,
+    fault: Option<Fault>,
+}
+
+impl ReferenceCache {
+    /// A correct naive cache.
+    pub fn new(config: &Config, device: &Device) -> Result<ReferenceCache, CacheError> {
+        Ok(ReferenceCache {
+            model: Model::new(config)?,
+            device: device.clone(),
+            rows: HashMap::new(),
+            writes: 0,
+            evicted_once: false,
+            fault: None,
+        })
+    }
+
+    /// A naive cache with `fault` injected.
+    pub fn with_fault(
+        config: &Config,
+        device: &Device,
+        fault: Fault,
+    ) -> Result<ReferenceCache, CacheError> {
+        let mut cache = Self::new(config, device)?;
+        cache.fault = Some(fault);
+        Ok(cache)
+    }
+
+    fn build_view(
+        &self,
+        positions: Vec<u64>,
+        heads: std::ops::Range<usize>,
+    ) -> kvcache::Result<View<'_>> {
+        let config = self.model.config();
+        let quant = match config.variant {
+            Variant::Packed => config.packed_policy().quant,
+            Variant::Dense => Quant::None,
+        };
+        let positions: Vec<u64> = match self.fault {
+            Some(Fault::ForgetSinkAfterEviction) if self.evicted_once => {
+                positions.into_iter().filter(|&p| p != 0).collect()
+            }
+            _ => positions,
+        };
+        let mut tensors = Vec::new();
+        for kv in [Kv::K, Kv::V] {
+            let mut data = Vec::new();
+            for batch in 0..config.batch {
+                for &p in &positions {
+                    for head in heads.clone() {
+                        match self.rows.get(&(kv, p, batch, head)) {
+                            None => data.extend(std::iter::repeat_n(0.0, config.head_dim)),
+                            Some(row) if self.model.is_cold(p) => {
+                                data.extend(cold_round_trip(row, quant, config.dtype))
+                            }
+                            Some(row) => data.extend_from_slice(row),
+                        }
+                    }
+                }
+            }
+            let shape = [config.batch, positions.len(), heads.len(), config.head_dim];
+            tensors.push(to_dtype_tensor(data, shape, config.dtype, &self.device)?);
+        }
+        let v = tensors.pop().expect("two tensors");
+        let k = tensors.pop().expect("two tensors");
+        Ok(View::new(self.model.global_end(), positions, k, v, false))
+    }
+
+    fn forget_dropped(&mut self) {
+        let model = &self.model;
+        self.rows
+            .retain(|(_, p, _, _), _| model.writers(*p).is_some());
+    }
+}
+
+impl KvCache for ReferenceCache {
+    fn config(&self) -> &Config {
+        self.model.config()
+    }
+
+    fn global_end(&self) -> u64 {
+        self.model.global_end()
+    }
+
+    fn capacity(&self) -> usize {
+        self.model.capacity()
+    }
+
+    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
+        let before = self.model.global_end();
+        if self.fault == Some(Fault::RefuseOverlap)
+            && request.start >= 0
+            && request.len > 0
+            && (request.start as u64) < before
+            && ((request.start + request.len) as u64) > before
+        {
+            return Err(CacheError::NonSequential {
+                start: request.start as u64,
+                global_end: before,
+            }
+            .into());
+        }
+        let index = self.writes;
+        let resident_before = self.model.resident_len();
+        let mut next = self.model.clone();
+        let effect = next.write(index, request)?;
+        let config = self.model.config().clone();
+        let heads = match request.heads {
+            Some([first, count]) => first as usize..(first + count) as usize,
+            None => 0..config.heads,
+        };
+        let (s, n) = (request.start as u64, request.len as usize);
+        let shape = [config.batch, n, heads.len(), config.head_dim];
+        let dtype = kvcache::candle_dtype(config.dtype);
+        kvcache::check_payload("k", k, shape, dtype)?;
+        kvcache::check_payload("v", v, shape, dtype)?;
+        self.model = next;
+        self.writes += 1;
+        for (kv, tensor) in [(Kv::K, k), (Kv::V, v)] {
+            let values = tensor_values(tensor)?;
+            let mut rows = values.chunks(config.head_dim);
+            for batch in 0..config.batch {
+                for i in 0..n {
+                    for head in heads.clone() {
+                        let row = rows
+                            .next()
+                            .expect("payload shape checked by the write")
+                            .to_vec();
+                        let position = s + i as u64;
+                        if self.fault == Some(Fault::StaleRewrite)
+                            && position < before
+                            && self.rows.contains_key(&(kv, position, batch, head))
+                        {
+                            continue;
+                        }
+                        self.rows.insert((kv, position, batch, head), row);
+                    }
+                }
+            }
+        }
+        let added = (s + n as u64).saturating_sub(before) as usize;
+        if self.model.resident_len() < resident_before + added {
+            self.evicted_once = true;
+        }
+        self.forget_dropped();
+        let reported = if request.heads.is_some() {
+            heads
+        } else {
+            0..config.heads
+        };
+        self.build_view(effect.visible.unwrap_or_default(), reported)
+    }
+
+    fn view(&self) -> kvcache::Result<View<'_>> {
+        self.build_view(self.model.view(None), 0..self.model.config().heads)
+    }
+
+    fn rewind(&mut self, to: i64) -> kvcache::Result<u64> {
+        let g = self.model.rewind(to)?;
+        self.forget_dropped();
+        Ok(g)
+    }
+
+    fn evict(&mut self, tokens: i64) -> kvcache::Result<u64> {
+        let g = self.model.evict(tokens)?;
+        if tokens > 0 {
+            self.evicted_once = true;
+        }
+        self.forget_dropped();
+        Ok(g)
+    }
+
+    fn pin(&mut self, tokens: i64) -> kvcache::Result<u64> {
+        Ok(self.model.pin(tokens)?)
+    }
+
+    fn reset(&mut self) -> u64 {
+        self.rows.clear();
+        self.model.reset()
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.model.resident_bytes()
+    }
+
+    fn layout(&self) -> Layout {
+        Layout {
+            slots: self
+                .model
+                .resident()
+                .map(|p| {
+                    if self.model.is_cold(p) {
+                        Slot::Cold(p)
+                    } else {
+                        Slot::Hot(p)
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Which implementation a command checks against the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SubjectSpec {
+    /// The shipped cache for the trace's variant (`cache`).
+    #[default]
+    Cache,
+    /// The naive [`ReferenceCache`] (`reference`).
+    Reference,
+    /// The naive cache with a fault injected (`fault:NAME`): a constructed
+    /// failing subject for checking the harness itself.
+    Fault(Fault),
+}
+
+impl SubjectSpec {
+    /// Parses `cache`, `reference` or `fault:NAME`.
+    pub fn parse(text: &str) -> Result<SubjectSpec, String> {
+        match text {
+            "cache" => Ok(SubjectSpec::Cache),
+            "reference" => Ok(SubjectSpec::Reference),
+            _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
+                Some(fault) => Ok(SubjectSpec::Fault(fault)),
+                None => Err(format!(
+                    "unknown subject {text:?}: expected cache, reference or fault:NAME with NAME one of {}",
+                    Fault::ALL.map(Fault::name).join(", ")
+                )),
+            },
+        }
+    }
+
+    /// The name used in reports (`dense`, `packed`, `reference`, `fault:…`).
+    pub fn name(self, config: &Config) -> String {
+        match self {
+            SubjectSpec::Cache => match config.variant {
+                Variant::Dense => "dense".to_string(),
+                Variant::Packed => "packed".to_string(),
+            },
+            SubjectSpec::Reference => "reference".to_string(),
+            SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
+        }
+    }
+
+    /// Builds the subject for `config` on `device`.
+    pub fn open(self, config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
+        Ok(match self {
+            SubjectSpec::Cache => open_cache(config, device)?,
+            SubjectSpec::Reference => Box::new(ReferenceCache::new(config, device)?),
+            SubjectSpec::Fault(fault) => {
+                Box::new(ReferenceCache::with_fault(config, device, fault)?)
+            }
+        })
+    }
+}
+
+impl std::str::FromStr for SubjectSpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<SubjectSpec, String> {
+        SubjectSpec::parse(text)
+    }
+}
