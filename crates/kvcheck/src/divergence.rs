@@ -169,14 +169,7 @@ impl Divergence {
     /// built from the variant, the kind, the step and a content hash, and
     /// remembers the path.
     pub fn save_in(&mut self, dir: &Path) -> Result<PathBuf, TraceError> {
-        let mut trace = self.trace.clone();
-        trace.note = Some(format!(
-            "{}: expected {}; actual {}",
-            self.summary(),
-            self.expected,
-            self.actual
-        ));
-        let text = trace.to_json();
+        let text = self.trace.to_json();
         let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
         });
@@ -189,9 +182,22 @@ impl Divergence {
             hash as u32
         );
         let path = dir.join(name);
-        trace.save(&path)?;
-        self.saved = Some(path.clone());
+        self.save_as(&path)?;
         Ok(path)
+    }
+
+    /// Saves the failing trace at exactly `path`, replacing what was there.
+    pub fn save_as(&mut self, path: &Path) -> Result<(), TraceError> {
+        let mut trace = self.trace.clone();
+        trace.note = Some(format!(
+            "{}: expected {}; actual {}",
+            self.summary(),
+            self.expected,
+            self.actual
+        ));
+        trace.save(path)?;
+        self.saved = Some(path.to_path_buf());
+        Ok(())
     }
 
     /// The command that reproduces this divergence, once saved.

@@ -27,8 +27,10 @@
 pub mod coverage;
 pub mod divergence;
 pub mod lockstep;
+pub mod machine;
 pub mod payload;
 pub mod replay;
+pub mod strategy;
 pub mod subject;
 pub mod trace;
 

@@ -1,0 +1,34 @@
+//! Every trace in `tests/vectors/` (the shared vectors of the contract)
+//! replays green through the model and through the shipped cache of its
+//! variant. New files are picked up without code changes.
+
+use std::path::PathBuf;
+
+use kvcheck::replay::replay;
+use kvcheck::subject::SubjectSpec;
+use kvcheck::trace::{collect_trace_files, Trace};
+
+#[test]
+fn shared_vectors_replay_green_for_model_and_cache() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
+    let files = collect_trace_files(&[dir]).expect("tests/vectors is readable");
+    assert!(
+        files.len() >= 21,
+        "expected the shared vectors, found {}",
+        files.len()
+    );
+    let mut failures = Vec::new();
+    for file in &files {
+        let trace = Trace::load(file).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            trace.expect.is_some(),
+            "{}: a vector must carry expect",
+            file.display()
+        );
+        let report = replay(&trace, Some(file), Some(SubjectSpec::Cache), None);
+        if let Some(failure) = report.failure() {
+            failures.push(format!("{}: {failure}", file.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
