@@ -1,0 +1,117 @@
+//! The `kvcheck` binary: replay and expect on real files, and no input can
+//! make it panic.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn kvcheck(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvcheck"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("the binary runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn vectors() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn replay_of_the_vectors_passes() {
+    let (code, stdout, _) = kvcheck(&["replay", vectors().to_str().unwrap(), "--quiet"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("21 passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn replay_prints_the_step_table_with_ranges() {
+    let file = vectors().join("append_roll_rewrite.kvtrace.json");
+    let (code, stdout, _) = kvcheck(&["replay", file.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("write 8+4"), "{stdout}");
+    assert!(stdout.contains("ok G=12 visible 0..2 6..12"), "{stdout}");
+}
+
+#[test]
+fn a_wrong_expect_fails_naming_the_step() {
+    let dir = scratch("wrong_expect");
+    let text = std::fs::read_to_string(vectors().join("gap_write.kvtrace.json")).unwrap();
+    let broken = text.replacen("non_sequential", "evicted", 1);
+    let file = dir.join("broken.kvtrace.json");
+    std::fs::write(&file, broken).unwrap();
+    let (code, stdout, _) = kvcheck(&["replay", file.to_str().unwrap(), "--model-only"]);
+    assert_eq!(code, 1);
+    assert!(stdout.contains("step 1 (write 6+2): expect says err evicted, the model gives err non_sequential"), "{stdout}");
+}
+
+#[test]
+fn a_divergence_names_the_step_and_the_replay_command() {
+    let dir = scratch("divergence");
+    let file = vectors().join("append_roll_rewrite.kvtrace.json");
+    let (code, stdout, _) = kvcheck(&["replay", file.to_str().unwrap(), "--subject", "fault:stale-rewrite", "--out", dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stdout.contains("values divergence at step 3 (write 8+4)"), "{stdout}");
+    assert!(stdout.contains("holds op 2 at position 8 head 0, expected op 3 at position 8 head 0"), "{stdout}");
+    assert!(stdout.contains("reproduce: cargo run --release -p kvcheck -- replay"), "{stdout}");
+    let saved: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(saved.len(), 1);
+}
+
+#[test]
+fn json_output_parses() {
+    let file = vectors().join("evict.kvtrace.json");
+    let (code, stdout, _) = kvcheck(&["replay", file.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0);
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(value[0]["passed"], true);
+    assert_eq!(value[0]["steps"][3]["outcome"], serde_json::json!({"err": "evict_too_many"}));
+}
+
+#[test]
+fn expect_fills_expect_equal_to_the_vectors() {
+    for entry in std::fs::read_dir(vectors()).unwrap() {
+        let path = entry.unwrap().path();
+        let (code, stdout, stderr) = kvcheck(&["expect", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{stderr}");
+        let ours: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(ours["expect"], theirs["expect"], "{}", path.display());
+    }
+}
+
+#[test]
+fn garbage_never_panics() {
+    let dir = scratch("garbage");
+    let mut seed = 0x1234_5678_u64;
+    let valid = std::fs::read(vectors().join("pin_shot_sink.kvtrace.json")).unwrap();
+    for i in 0..40 {
+        let mut bytes = valid.clone();
+        for _ in 0..(i % 7 + 1) {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let at = (seed >> 33) as usize % bytes.len();
+            bytes[at] = (seed >> 20) as u8;
+        }
+        if i % 5 == 0 {
+            bytes.truncate((seed >> 40) as usize % bytes.len());
+        }
+        let file = dir.join(format!("g{i}.kvtrace.json"));
+        std::fs::write(&file, &bytes).unwrap();
+        for args in [vec!["replay", file.to_str().unwrap(), "-q"], vec!["expect", file.to_str().unwrap()]] {
+            let (code, stdout, stderr) = kvcheck(&args);
+            assert!(matches!(code, 0..=2), "exit {code} for {args:?}\n{stdout}\n{stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+    }
+    let (code, _, stderr) = kvcheck(&["replay", "/nonexistent/file.kvtrace.json"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("/nonexistent/file.kvtrace.json"), "{stderr}");
+    let (code, _, _) = kvcheck(&["replay", "x", "--subject", "fault:nope"]);
+    assert_eq!(code, 2);
+}
