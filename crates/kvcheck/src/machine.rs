@@ -230,3 +230,54 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
     }
     Ok(coverage)
 }
+
+/// What one generated case did, for campaigns.
+pub struct CaseOutcome {
+    /// Ops checked (up to and including a diverging one).
+    pub ops_checked: usize,
+    /// Events labelled.
+    pub coverage: Coverage,
+    /// The divergence, if the cache disagreed with the model.
+    pub divergence: Option<Box<crate::divergence::Divergence>>,
+}
+
+/// Draws one op sequence of family `F` from `runner` and checks it.
+pub fn run_case<F: Family>(runner: &mut TestRunner, max_ops: usize) -> Result<CaseOutcome, String> {
+    use proptest::strategy::{Strategy as _, ValueTree as _};
+    let strategy = KvReference::<F>::sequential_strategy(1..=max_ops.max(1));
+    let (state, transitions, _) = strategy
+        .new_tree(runner)
+        .map_err(|e| e.to_string())?
+        .current();
+    let mut lockstep = Lockstep::new(state.model.config()).map_err(|e| e.to_string())?;
+    let mut outcome = CaseOutcome {
+        ops_checked: 0,
+        coverage: Coverage::default(),
+        divergence: None,
+    };
+    for op in &transitions {
+        outcome.ops_checked += 1;
+        if let Err(divergence) = lockstep.step(op) {
+            outcome.divergence = Some(divergence);
+            break;
+        }
+    }
+    outcome.coverage = lockstep.coverage().clone();
+    Ok(outcome)
+}
+
+/// A case runner per entry of [`PROFILES`], in the same order.
+pub type CaseRunner = fn(&mut TestRunner, usize) -> Result<CaseOutcome, String>;
+
+/// [`run_case`] for each profile, aligned with [`PROFILES`].
+pub const CASE_RUNNERS: [CaseRunner; 9] = [
+    run_case::<Tiny>,
+    run_case::<Sinks>,
+    run_case::<Window>,
+    run_case::<Pins>,
+    run_case::<Growth>,
+    run_case::<MultiHead>,
+    run_case::<BatchTwo>,
+    run_case::<Half>,
+    run_case::<Packed>,
+];

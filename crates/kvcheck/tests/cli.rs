@@ -10,7 +10,11 @@ fn kvcheck(args: &[&str]) -> (i32, String, String) {
         .env_remove("RUST_BACKTRACE")
         .output()
         .expect("the binary runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn vectors() -> PathBuf {
@@ -48,18 +52,39 @@ fn a_wrong_expect_fails_naming_the_step() {
     std::fs::write(&file, broken).unwrap();
     let (code, stdout, _) = kvcheck(&["replay", file.to_str().unwrap(), "--model-only"]);
     assert_eq!(code, 1);
-    assert!(stdout.contains("step 1 (write 6+2): expect says err evicted, the model gives err non_sequential"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "step 1 (write 6+2): expect says err evicted, the model gives err non_sequential"
+        ),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn a_divergence_names_the_step_and_the_replay_command() {
     let dir = scratch("divergence");
     let file = vectors().join("append_roll_rewrite.kvtrace.json");
-    let (code, stdout, _) = kvcheck(&["replay", file.to_str().unwrap(), "--subject", "fault:stale-rewrite", "--out", dir.to_str().unwrap()]);
+    let (code, stdout, _) = kvcheck(&[
+        "replay",
+        file.to_str().unwrap(),
+        "--subject",
+        "fault:stale-rewrite",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1);
-    assert!(stdout.contains("values divergence at step 3 (write 8+4)"), "{stdout}");
-    assert!(stdout.contains("holds op 2 at position 8 head 0, expected op 3 at position 8 head 0"), "{stdout}");
-    assert!(stdout.contains("reproduce: cargo run --release -p kvcheck -- replay"), "{stdout}");
+    assert!(
+        stdout.contains("values divergence at step 3 (write 8+4)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("holds op 2 at position 8 head 0, expected op 3 at position 8 head 0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("reproduce: cargo run --release -p kvcheck -- replay"),
+        "{stdout}"
+    );
     let saved: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(saved.len(), 1);
 }
@@ -71,7 +96,10 @@ fn json_output_parses() {
     assert_eq!(code, 0);
     let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(value[0]["passed"], true);
-    assert_eq!(value[0]["steps"][3]["outcome"], serde_json::json!({"err": "evict_too_many"}));
+    assert_eq!(
+        value[0]["steps"][3]["outcome"],
+        serde_json::json!({"err": "evict_too_many"})
+    );
 }
 
 #[test]
@@ -81,7 +109,8 @@ fn expect_fills_expect_equal_to_the_vectors() {
         let (code, stdout, stderr) = kvcheck(&["expect", path.to_str().unwrap()]);
         assert_eq!(code, 0, "{stderr}");
         let ours: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-        let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let theirs: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(ours["expect"], theirs["expect"], "{}", path.display());
     }
 }
@@ -94,7 +123,9 @@ fn garbage_never_panics() {
     for i in 0..40 {
         let mut bytes = valid.clone();
         for _ in 0..(i % 7 + 1) {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let at = (seed >> 33) as usize % bytes.len();
             bytes[at] = (seed >> 20) as u8;
         }
@@ -103,15 +134,24 @@ fn garbage_never_panics() {
         }
         let file = dir.join(format!("g{i}.kvtrace.json"));
         std::fs::write(&file, &bytes).unwrap();
-        for args in [vec!["replay", file.to_str().unwrap(), "-q"], vec!["expect", file.to_str().unwrap()]] {
+        for args in [
+            vec!["replay", file.to_str().unwrap(), "-q"],
+            vec!["expect", file.to_str().unwrap()],
+        ] {
             let (code, stdout, stderr) = kvcheck(&args);
-            assert!(matches!(code, 0..=2), "exit {code} for {args:?}\n{stdout}\n{stderr}");
+            assert!(
+                matches!(code, 0..=2),
+                "exit {code} for {args:?}\n{stdout}\n{stderr}"
+            );
             assert!(!stderr.contains("panicked"), "{stderr}");
         }
     }
     let (code, _, stderr) = kvcheck(&["replay", "/nonexistent/file.kvtrace.json"]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("/nonexistent/file.kvtrace.json"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/file.kvtrace.json"),
+        "{stderr}"
+    );
     let (code, _, _) = kvcheck(&["replay", "x", "--subject", "fault:nope"]);
     assert_eq!(code, 2);
 }

@@ -5,7 +5,9 @@
 use kvcheck::trace::{Trace, TraceError};
 
 fn err(text: &str) -> String {
-    Trace::from_json(text).expect_err("must be refused").to_string()
+    Trace::from_json(text)
+        .expect_err("must be refused")
+        .to_string()
 }
 
 const OK: &str = r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4, "sink": 1}, "ops": [{"write": {"start": 0, "len": 2}}, "reset"]}"#;
@@ -29,53 +31,115 @@ fn truncated_json_names_line_and_column() {
 
 #[test]
 fn wrong_types_name_the_field() {
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": "four"}, "ops": []}"#);
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": "four"}, "ops": []}"#,
+    );
     assert!(text.contains("invalid type: string \"four\""), "{text}");
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"write": {"start": 0.5, "len": 1}}]}"#);
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"write": {"start": 0.5, "len": 1}}]}"#,
+    );
     assert!(text.contains("invalid type: floating point"), "{text}");
 }
 
 #[test]
 fn unknown_fields_and_ops_are_refused() {
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4, "sinks": 1}, "ops": []}"#);
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4, "sinks": 1}, "ops": []}"#,
+    );
     assert!(text.contains("unknown field `sinks`"), "{text}");
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"shrink": {"tokens": 1}}]}"#);
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"shrink": {"tokens": 1}}]}"#,
+    );
     assert!(text.contains("unknown variant `shrink`"), "{text}");
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"write": {"start": 0, "len": 1, "head": [0, 1]}}]}"#);
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"write": {"start": 0, "len": 1, "head": [0, 1]}}]}"#,
+    );
     assert!(text.contains("unknown field `head`"), "{text}");
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "sparse", "capacity": 4}, "ops": []}"#);
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "sparse", "capacity": 4}, "ops": []}"#,
+    );
     assert!(text.contains("unknown variant `sparse`"), "{text}");
 }
 
 #[test]
 fn wrong_format_and_expect_length_are_refused() {
-    let text = err(r#"{"format": "kvtrace/2", "config": {"variant": "dense", "capacity": 4}, "ops": []}"#);
+    let text =
+        err(r#"{"format": "kvtrace/2", "config": {"variant": "dense", "capacity": 4}, "ops": []}"#);
     assert!(text.contains("format is \"kvtrace/2\""), "{text}");
-    let text = err(r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": ["reset"], "expect": []}"#);
-    assert!(text.contains("expect has 0 outcomes but there are 1 ops"), "{text}");
+    let text = err(
+        r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": ["reset"], "expect": []}"#,
+    );
+    assert!(
+        text.contains("expect has 0 outcomes but there are 1 ops"),
+        "{text}"
+    );
 }
 
 #[test]
 fn every_config_rule_is_invalid_config_naming_the_field() {
     let cases = [
-        (r#""capacity": 0"#, "config.invalid_config: capacity must be at least 1, got 0"),
-        (r#""capacity": -3"#, "config.invalid_config: capacity must be at least 1, got -3"),
-        (r#""capacity": 4, "batch": 0"#, "config.invalid_config: batch"),
-        (r#""capacity": 4, "heads": -1"#, "config.invalid_config: heads"),
-        (r#""capacity": 4, "head_dim": 0"#, "config.invalid_config: head_dim"),
-        (r#""capacity": 4, "sink": 4"#, "config.invalid_config: sink must be below capacity 4, got 4"),
-        (r#""capacity": 4, "sink": -1"#, "config.invalid_config: sink"),
-        (r#""capacity": 4, "sink": 2, "window": 2"#, "config.invalid_config: window"),
-        (r#""capacity": 4, "window": 5"#, "config.invalid_config: window"),
-        (r#""capacity": 4, "window": -1"#, "config.invalid_config: window"),
-        (r#""capacity": 4, "sink": 1, "global_sink": 2"#, "config.invalid_config: global_sink"),
-        (r#""capacity": 4, "packed": {"quant": "int8"}"#, "config.invalid_config: packed"),
-        (r#""capacity": 65536, "heads": 4096, "head_dim": 16"#, "config.invalid_config: capacity"),
+        (
+            r#""capacity": 0"#,
+            "config.invalid_config: capacity must be at least 1, got 0",
+        ),
+        (
+            r#""capacity": -3"#,
+            "config.invalid_config: capacity must be at least 1, got -3",
+        ),
+        (
+            r#""capacity": 4, "batch": 0"#,
+            "config.invalid_config: batch",
+        ),
+        (
+            r#""capacity": 4, "heads": -1"#,
+            "config.invalid_config: heads",
+        ),
+        (
+            r#""capacity": 4, "head_dim": 0"#,
+            "config.invalid_config: head_dim",
+        ),
+        (
+            r#""capacity": 4, "sink": 4"#,
+            "config.invalid_config: sink must be below capacity 4, got 4",
+        ),
+        (
+            r#""capacity": 4, "sink": -1"#,
+            "config.invalid_config: sink",
+        ),
+        (
+            r#""capacity": 4, "sink": 2, "window": 2"#,
+            "config.invalid_config: window",
+        ),
+        (
+            r#""capacity": 4, "window": 5"#,
+            "config.invalid_config: window",
+        ),
+        (
+            r#""capacity": 4, "window": -1"#,
+            "config.invalid_config: window",
+        ),
+        (
+            r#""capacity": 4, "sink": 1, "global_sink": 2"#,
+            "config.invalid_config: global_sink",
+        ),
+        (
+            r#""capacity": 4, "packed": {"quant": "int8"}"#,
+            "config.invalid_config: packed",
+        ),
+        (
+            r#""capacity": 65536, "heads": 4096, "head_dim": 16"#,
+            "config.invalid_config: capacity",
+        ),
     ];
     for (fields, expected) in cases {
-        let text = format!(r#"{{"format": "kvtrace/1", "config": {{"variant": "dense", {fields}}}, "ops": []}}"#);
+        let text = format!(
+            r#"{{"format": "kvtrace/1", "config": {{"variant": "dense", {fields}}}, "ops": []}}"#
+        );
         let e = Trace::from_json(&text).expect_err(fields);
-        assert!(matches!(e, TraceError::InvalidConfig { .. }), "{fields}: {e}");
+        assert!(
+            matches!(e, TraceError::InvalidConfig { .. }),
+            "{fields}: {e}"
+        );
         assert!(e.to_string().starts_with(expected), "{fields}: {e}");
     }
     let packed = r#"{"format": "kvtrace/1", "config": {"variant": "packed", "capacity": 4, "growth": true}, "ops": []}"#;
@@ -89,7 +153,10 @@ fn negative_op_numbers_load_and_become_outcomes() {
     let text = r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4}, "ops": [{"write": {"start": -1, "len": 1}}, {"evict": {"tokens": -2}}]}"#;
     let trace = Trace::from_json(text).unwrap().with_model_expect();
     let json = serde_json::to_value(&trace).unwrap();
-    assert_eq!(json["expect"], serde_json::json!([{"err": "invalid_argument"}, {"err": "invalid_argument"}]));
+    assert_eq!(
+        json["expect"],
+        serde_json::json!([{"err": "invalid_argument"}, {"err": "invalid_argument"}])
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod expect;
 mod replay;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +25,7 @@ pub const DEFAULT_FAILURES_DIR: &str = "target/kvcheck-failures";
     long_about = "kvcheck drives an optimized KV cache and the naive reference model in lockstep and \
                   compares every outcome, visible position and view tensor bit for bit. Failing \
                   sequences are saved as kvtrace/1 files that replay anywhere.",
-    after_help = "Examples:\n  kvcheck replay tests/vectors\n  kvcheck expect my.kvtrace.json > my-with-expect.kvtrace.json"
+    after_help = "Examples:\n  kvcheck run --time 60\n  kvcheck replay tests/vectors\n  kvcheck expect my.kvtrace.json > my-with-expect.kvtrace.json"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -33,6 +34,11 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a checking campaign over the built-in profiles and caches.
+    #[command(
+        after_help = "Examples:\n  kvcheck run\n  kvcheck run --time 600 --seed 42\n  kvcheck run --profile tiny --profile pins --time 10\n  kvcheck run --variant packed --cases 1000\n  kvcheck run --list\n\nExit status: 0 no divergence, 1 a divergence (its trace is saved under --out), 2 bad arguments."
+    )]
+    Run(run::Args),
     /// Replay traces through the model and every cache that supports their variant.
     #[command(
         after_help = "Examples:\n  kvcheck replay tests/vectors\n  kvcheck replay failure.kvtrace.json --json\n  kvcheck replay trace.kvtrace.json --subject reference\n\nExit status: 0 all passed, 1 a mismatch or divergence, 2 a file could not be read."
@@ -48,6 +54,7 @@ enum Command {
 /// Runs the parsed command line and returns the process exit status.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
     }
