@@ -253,7 +253,8 @@ mod tests {
                 batch: 1,
                 head: 2,
             };
-            let offset = ((1 * 2 + 1) * 2 + 1) * 5;
+            // [batch 1, row 1, head index 1 (head 2)] in [2, 2, 2, 5].
+            let offset = ((2 + 1) * 2 + 1) * 5;
             assert_eq!(
                 &values[offset..offset + 5],
                 row(&config, Kv::V, id).as_slice()
