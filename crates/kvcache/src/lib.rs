@@ -3,7 +3,7 @@
 //! Two caches implement the contract of `SPEC.md` behind one trait,
 //! [`KvCache`]:
 //!
-//! - `DenseCache`: preallocated `[B, C, H, D]` K and V buffers, in-place
+//! - [`DenseCache`]: preallocated `[B, C, H, D]` K and V buffers, in-place
 //!   writes, in-place rolls, sinks, pins, growth and head ranges
 //!   (SPEC.md §2–§5).
 //! - `PackedCache`: per-chunk storage whose cold chunks are kept as int8 /
@@ -24,6 +24,7 @@ pub mod dense;
 pub mod packed;
 pub mod quant;
 
+pub use dense::DenseCache;
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend
@@ -90,7 +91,13 @@ pub struct View<'cache> {
 
 impl<'cache> View<'cache> {
     /// Assembles a view; `zero_copy` says whether the tensors alias storage.
-    pub fn new(global_end: u64, positions: Vec<u64>, k: Tensor, v: Tensor, zero_copy: bool) -> View<'cache> {
+    pub fn new(
+        global_end: u64,
+        positions: Vec<u64>,
+        k: Tensor,
+        v: Tensor,
+        zero_copy: bool,
+    ) -> View<'cache> {
         View {
             global_end,
             positions,
