@@ -257,7 +257,8 @@ impl DenseCache {
         }
         // 7. Make room: grow, or evict the oldest evictable positions outside the write.
         let new_from = s.max(self.global_end);
-        let total = self.slots.resident() as u64 + (end - new_from);
+        // A rewrite that ends below `G` adds nothing (`new_from > end`).
+        let total = self.slots.resident() as u64 + end.saturating_sub(new_from);
         let mut grow_to = None;
         let mut window = self.window;
         let mut victims = Vec::new();
@@ -305,7 +306,7 @@ impl DenseCache {
         // 8. The chunk must see itself: compute the view on the new state.
         let mut next = self.slots.clone();
         next.remove(&victims);
-        next.push(new_from..end);
+        next.push(new_from..end.max(new_from));
         let visible = self.visible(&next, window, recent.map(|r| (s, r)));
         let mut covered = s;
         for piece in intersect(s..end, &visible) {
@@ -506,12 +507,12 @@ impl KvCache for DenseCache {
         }
         self.evict_positions(&plan.victims)?;
         let new_from = plan.start.max(self.global_end);
-        self.slots.push(new_from..plan.end);
+        self.slots.push(new_from..plan.end.max(new_from));
         if len > 0 {
             let slot = self.slots.slot_of(plan.start).unwrap_or(0);
             let c = &self.config;
             let row = c.heads * c.head_dim;
-            let fresh = (plan.end - new_from) as usize;
+            let fresh = plan.end.saturating_sub(new_from) as usize;
             if plan.heads.len() < c.heads && fresh > 0 {
                 // Fresh rows may hold stale data of rewound positions; heads
                 // outside the range are never written and must read zero.

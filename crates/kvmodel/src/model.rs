@@ -290,7 +290,7 @@ impl Model {
         // 7. Make room: grow, or evict the oldest evictable positions outside the write.
         let mut next = self.clone();
         let new_from = s.max(self.global_end);
-        let total = self.resident.len() as u64 + (end - new_from);
+        let total = self.resident.len() as u64 + end.saturating_sub(new_from);
         if total > next.capacity as u64 {
             let protected_outside = self
                 .resident()
