@@ -646,3 +646,51 @@ fn dense_bad_payload_changes_nothing() {
     assert_eq!(snapshot(&cache), before);
     assert_eq!(cache.layout().slots[2], Slot::Free);
 }
+
+/// The random sequences reach every error kind the dense variant has, and
+/// evictions, growth and pins succeed too (a deterministic sample of the
+/// same strategies as `dense_matches_model`).
+#[test]
+fn dense_random_sequences_cover_every_kind() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    use std::collections::BTreeMap;
+
+    let mut runner = TestRunner::deterministic();
+    let strategy = (
+        config_strategy(),
+        prop::collection::vec(step_strategy(), 1..48),
+    );
+    let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for _ in 0..400 {
+        let (config, steps) = strategy.new_tree(&mut runner).expect("tree").current();
+        let mut lockstep = Lockstep::new(&config);
+        for step in &steps {
+            let op = step.resolve(lockstep.model.global_end());
+            let capacity = lockstep.model.capacity();
+            let resident = lockstep.model.resident_len();
+            let name = match lockstep.step(&op) {
+                Err(kind) => kind.name(),
+                Ok(_) if lockstep.model.capacity() > capacity => "ok_grow",
+                Ok(_) if matches!(op, Op::Pin { tokens } if tokens > 0) => "ok_pin",
+                Ok(_)
+                    if matches!(op, Op::Write(_)) && lockstep.model.resident_len() <= resident =>
+                {
+                    "ok_write_roll"
+                }
+                Ok(_) => "ok",
+            };
+            *seen.entry(name).or_default() += 1;
+        }
+    }
+    eprintln!("outcomes over 400 random sequences: {seen:?}");
+    for kind in ErrorKind::OP_KINDS
+        .iter()
+        .filter(|k| **k != ErrorKind::Unsupported)
+    {
+        assert!(seen.contains_key(kind.name()), "never saw {kind}: {seen:?}");
+    }
+    for name in ["ok_grow", "ok_pin", "ok_write_roll"] {
+        assert!(seen.contains_key(name), "never saw {name}: {seen:?}");
+    }
+}
