@@ -3,7 +3,7 @@
 //! Two caches implement the contract of `SPEC.md` behind one trait,
 //! [`KvCache`]:
 //!
-//! - `DenseCache`: preallocated `[B, C, H, D]` K and V buffers, in-place
+//! - [`DenseCache`]: preallocated `[B, C, H, D]` K and V buffers, in-place
 //!   writes, in-place rolls, sinks, pins, growth and head ranges
 //!   (SPEC.md §2–§5).
 //! - `PackedCache`: per-chunk storage whose cold chunks are kept as int8 /
@@ -23,6 +23,8 @@ use kvmodel::{CacheError, Config, Dtype, ErrorKind, Write};
 pub mod dense;
 pub mod packed;
 pub mod quant;
+
+pub use dense::DenseCache;
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend

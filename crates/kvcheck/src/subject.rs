@@ -21,7 +21,7 @@ use crate::payload::{tensor_values, to_dtype_tensor, Kv};
 /// The shipped cache for `config.variant`, on `device`.
 pub fn open_cache(config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
     Ok(match config.variant {
-        Variant::Dense => Box::new(ReferenceCache::new(config, device)?),
+        Variant::Dense => Box::new(kvcache::DenseCache::new(config, device)?),
         Variant::Packed => Box::new(ReferenceCache::new(config, device)?),
     })
 }

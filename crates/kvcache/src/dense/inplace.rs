@@ -1,0 +1,232 @@
+//! The in-place tensor ops of [`DenseCache`](super::DenseCache).
+//!
+//! candle's own `slice_set` needs contiguous source and destination and
+//! refuses a source that shares storage with the destination even for
+//! disjoint ranges, so neither a strided head-range write nor a shift of the
+//! buffer's tail can go through it. These ops do both directly on the CPU
+//! storage. They implement `cpu_fwd` only: on CUDA candle's default
+//! `cuda_fwd` returns an error ("no cuda implementation"), which the cache
+//! reports as [`Error::Backend`](crate::Error::Backend).
+//!
+//! Every op checks that its geometry fits the storage before touching it, so
+//! a mistake surfaces as an error, never as a panic or a partial write.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, InplaceOp1, InplaceOp2, Layout};
+
+use super::slots::Move;
+
+/// The start offset of a contiguous layout.
+fn contiguous_start(layout: &Layout, what: &str) -> candle_core::Result<usize> {
+    match layout.contiguous_offsets() {
+        Some((start, _)) => Ok(start),
+        None => bail!("{what}: tensor is not contiguous"),
+    }
+}
+
+/// Moves rows of a `[B, C, H, D]` buffer down within each batch row: the
+/// compaction after an eviction. One `copy_within` (memmove) per move and
+/// batch row; moves run in the order given (see [`Move`]).
+pub(crate) struct ShiftRows<'a> {
+    /// Batch rows `B`.
+    pub batch: usize,
+    /// Slots per batch row `C`.
+    pub slots: usize,
+    /// Elements per slot `H · D`.
+    pub row: usize,
+    /// The moves, in execution order.
+    pub moves: &'a [Move],
+}
+
+impl ShiftRows<'_> {
+    fn apply<T: Copy>(&self, data: &mut [T], start: usize) -> candle_core::Result<()> {
+        let plane = self.slots * self.row;
+        if start + self.batch * plane > data.len()
+            || self
+                .moves
+                .iter()
+                .any(|m| m.from.max(m.to) + m.len > self.slots)
+        {
+            bail!("kvcache-shift-rows: moves outside the buffer");
+        }
+        for b in 0..self.batch {
+            let base = start + b * plane;
+            for m in self.moves {
+                let from = base + m.from * self.row;
+                data.copy_within(from..from + m.len * self.row, base + m.to * self.row);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl InplaceOp1 for ShiftRows<'_> {
+    fn name(&self) -> &'static str {
+        "kvcache-shift-rows"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let start = contiguous_start(layout, self.name())?;
+        match storage {
+            CpuStorage::F32(data) => self.apply(data, start),
+            CpuStorage::F16(data) => self.apply(data, start),
+            CpuStorage::BF16(data) => self.apply(data, start),
+            other => bail!("kvcache-shift-rows: unsupported dtype {:?}", other.dtype()),
+        }
+    }
+}
+
+/// Zeroes slots `[slot, slot + len)` of every batch row of a `[B, C, H, D]`
+/// buffer, all heads: the fresh rows of a head-range write, whose other
+/// heads are never written and must read as zero.
+pub(crate) struct ZeroRows {
+    /// Batch rows `B`.
+    pub batch: usize,
+    /// Slots per batch row `C`.
+    pub slots: usize,
+    /// Elements per slot `H · D`.
+    pub row: usize,
+    /// First slot zeroed.
+    pub slot: usize,
+    /// Slots zeroed.
+    pub len: usize,
+}
+
+impl ZeroRows {
+    fn apply<T: Copy + Default>(&self, data: &mut [T], start: usize) -> candle_core::Result<()> {
+        let plane = self.slots * self.row;
+        if self.slot + self.len > self.slots || start + self.batch * plane > data.len() {
+            bail!("kvcache-zero-rows: rows outside the buffer");
+        }
+        for b in 0..self.batch {
+            let from = start + b * plane + self.slot * self.row;
+            data[from..from + self.len * self.row].fill(T::default());
+        }
+        Ok(())
+    }
+}
+
+impl InplaceOp1 for ZeroRows {
+    fn name(&self) -> &'static str {
+        "kvcache-zero-rows"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let start = contiguous_start(layout, self.name())?;
+        match storage {
+            CpuStorage::F32(data) => self.apply(data, start),
+            CpuStorage::F16(data) => self.apply(data, start),
+            CpuStorage::BF16(data) => self.apply(data, start),
+            other => bail!("kvcache-zero-rows: unsupported dtype {:?}", other.dtype()),
+        }
+    }
+}
+
+/// Where a block sits in a contiguous `[B, slots, heads, D]` tensor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Place {
+    /// Slots per batch row of the tensor.
+    pub slots: usize,
+    /// Heads of the tensor.
+    pub heads: usize,
+    /// First slot of the block.
+    pub slot: usize,
+    /// First head of the block.
+    pub head: usize,
+}
+
+/// Copies a `[B, len, head_count, D]` block from a source tensor into the
+/// destination (`Tensor::inplace_op2(dst, src, op)`). The destination block
+/// is strided when `head_count < H`: it copies `head_count · D` elements per
+/// (batch row, slot), or one `len · H · D` span per batch row when both
+/// sides hold whole slots. Serves payload writes and the copy into a grown
+/// buffer; source and destination never share storage.
+pub(crate) struct CopyBlock {
+    /// Batch rows `B`.
+    pub batch: usize,
+    /// Slots copied.
+    pub len: usize,
+    /// Heads copied.
+    pub head_count: usize,
+    /// Head dimension `D`.
+    pub head_dim: usize,
+    /// The block in the source.
+    pub src: Place,
+    /// The block in the destination.
+    pub dst: Place,
+}
+
+impl CopyBlock {
+    fn fits(&self, place: &Place, start: usize, available: usize) -> bool {
+        place.slot + self.len <= place.slots
+            && place.head + self.head_count <= place.heads
+            && start + self.batch * place.slots * place.heads * self.head_dim <= available
+    }
+
+    fn apply<T: Copy>(
+        &self,
+        dst: &mut [T],
+        dst_start: usize,
+        src: &[T],
+        src_start: usize,
+    ) -> candle_core::Result<()> {
+        if !self.fits(&self.dst, dst_start, dst.len())
+            || !self.fits(&self.src, src_start, src.len())
+        {
+            bail!("kvcache-copy-block: block outside its tensors");
+        }
+        let d = self.head_dim;
+        let offset = |place: &Place, start: usize, b: usize, t: usize| {
+            start + ((b * place.slots + place.slot + t) * place.heads + place.head) * d
+        };
+        // Whole slots on both sides: one contiguous span per batch row.
+        let whole = self.head_count == self.src.heads && self.head_count == self.dst.heads;
+        for b in 0..self.batch {
+            if whole {
+                let span = self.len * self.head_count * d;
+                let (from, to) = (
+                    offset(&self.src, src_start, b, 0),
+                    offset(&self.dst, dst_start, b, 0),
+                );
+                dst[to..to + span].copy_from_slice(&src[from..from + span]);
+            } else {
+                let span = self.head_count * d;
+                for t in 0..self.len {
+                    let (from, to) = (
+                        offset(&self.src, src_start, b, t),
+                        offset(&self.dst, dst_start, b, t),
+                    );
+                    dst[to..to + span].copy_from_slice(&src[from..from + span]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl InplaceOp2 for CopyBlock {
+    fn name(&self) -> &'static str {
+        "kvcache-copy-block"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dst_l: &Layout,
+        src: &CpuStorage,
+        src_l: &Layout,
+    ) -> candle_core::Result<()> {
+        let dst_start = contiguous_start(dst_l, self.name())?;
+        let src_start = contiguous_start(src_l, self.name())?;
+        match (dst, src) {
+            (CpuStorage::F32(d), CpuStorage::F32(s)) => self.apply(d, dst_start, s, src_start),
+            (CpuStorage::F16(d), CpuStorage::F16(s)) => self.apply(d, dst_start, s, src_start),
+            (CpuStorage::BF16(d), CpuStorage::BF16(s)) => self.apply(d, dst_start, s, src_start),
+            (d, s) => bail!(
+                "kvcache-copy-block: dtypes {:?} and {:?} are not one of f32, f16, bf16 alike",
+                d.dtype(),
+                s.dtype()
+            ),
+        }
+    }
+}

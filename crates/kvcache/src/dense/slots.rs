@@ -1,0 +1,298 @@
+//! The slot map of [`DenseCache`](super::DenseCache): which buffer slot holds
+//! which global position.
+//!
+//! Resident positions are kept **compacted and ascending**: they occupy
+//! slots `[0, |R|)` and a larger position always sits in a larger slot. The
+//! map is therefore a short list of [`Run`]s (consecutive positions in
+//! consecutive slots), sorted by position and by slot at once. Every query
+//! and update is O(runs), never O(capacity).
+
+use std::ops::Range;
+
+/// Consecutive positions `[position, position + len)` stored in consecutive
+/// slots `[slot, slot + len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// First position of the run.
+    pub position: u64,
+    /// Slot of `position`.
+    pub slot: usize,
+    /// Number of positions (never 0 inside a [`SlotMap`]).
+    pub len: usize,
+}
+
+impl Run {
+    fn positions(&self) -> Range<u64> {
+        self.position..self.position + self.len as u64
+    }
+}
+
+/// A move of `len` rows from slot `from` down to slot `to` (`to < from`).
+/// A list of moves in ascending order can be executed front to back with
+/// memmove: each destination ends at or before the next source starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub from: usize,
+    pub to: usize,
+    pub len: usize,
+}
+
+/// The explicit position → slot map (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SlotMap {
+    runs: Vec<Run>,
+    resident: usize,
+}
+
+impl SlotMap {
+    /// `|R|`, which is also the first free slot.
+    pub fn resident(&self) -> usize {
+        self.resident
+    }
+
+    /// The runs, ascending.
+    pub fn runs(&self) -> &[Run] {
+        &self.runs
+    }
+
+    /// The first position of `range` that is not resident, if any.
+    pub fn first_missing(&self, range: Range<u64>) -> Option<u64> {
+        let mut next = range.start;
+        // Runs are sorted; skip those entirely below `next`.
+        let from = self.runs.partition_point(|r| r.positions().end <= next);
+        for run in &self.runs[from..] {
+            if next >= range.end {
+                return None;
+            }
+            if run.position > next {
+                return Some(next);
+            }
+            next = run.positions().end;
+        }
+        (next < range.end).then_some(next)
+    }
+
+    /// The slot holding `position`.
+    pub fn slot_of(&self, position: u64) -> Option<usize> {
+        let i = self.runs.partition_point(|r| r.positions().end <= position);
+        let run = self.runs.get(i)?;
+        run.positions()
+            .contains(&position)
+            .then(|| run.slot + (position - run.position) as usize)
+    }
+
+    /// Appends `positions` (all above every resident position) at the first
+    /// free slot.
+    pub fn push(&mut self, positions: Range<u64>) {
+        let len = (positions.end - positions.start) as usize;
+        if len == 0 {
+            return;
+        }
+        match self.runs.last_mut() {
+            Some(last) if last.positions().end == positions.start => last.len += len,
+            _ => self.runs.push(Run {
+                position: positions.start,
+                slot: self.resident,
+                len,
+            }),
+        }
+        self.resident += len;
+    }
+
+    /// Drops every position `>= to`. Their slots sit at the top (ascending
+    /// order), so nothing moves.
+    pub fn truncate(&mut self, to: u64) {
+        let keep = self.runs.partition_point(|r| r.position < to);
+        self.runs.truncate(keep);
+        if let Some(last) = self.runs.last_mut() {
+            last.len = last.len.min((to - last.position) as usize);
+        }
+        self.resident = self.runs.last().map_or(0, |r| r.slot + r.len);
+    }
+
+    /// Drops everything.
+    pub fn clear(&mut self) {
+        self.runs.clear();
+        self.resident = 0;
+    }
+
+    /// Removes `victims` (ascending, disjoint, all resident) and compacts the
+    /// survivors down; returns the row moves that compaction needs, in the
+    /// order they must run.
+    pub fn remove(&mut self, victims: &[Range<u64>]) -> Vec<Move> {
+        let mut moves = Vec::new();
+        let mut runs = Vec::with_capacity(self.runs.len() + victims.len());
+        let mut cursor = 0usize;
+        for run in &self.runs {
+            for piece in subtract(run.positions(), victims) {
+                let len = (piece.end - piece.start) as usize;
+                let from = run.slot + (piece.start - run.position) as usize;
+                if from != cursor {
+                    match moves.last_mut() {
+                        Some(Move {
+                            from: f,
+                            to,
+                            len: l,
+                        }) if *f + *l == from && *to + *l == cursor => *l += len,
+                        _ => moves.push(Move {
+                            from,
+                            to: cursor,
+                            len,
+                        }),
+                    }
+                }
+                match runs.last_mut() {
+                    Some(Run {
+                        position, len: l, ..
+                    }) if *position + *l as u64 == piece.start => *l += len,
+                    _ => runs.push(Run {
+                        position: piece.start,
+                        slot: cursor,
+                        len,
+                    }),
+                }
+                cursor += len;
+            }
+        }
+        self.runs = runs;
+        self.resident = cursor;
+        moves
+    }
+
+    /// The slots of `positions` (ascending, disjoint, all resident), merged
+    /// into the fewest ascending slot ranges.
+    pub fn slot_ranges(&self, positions: &[Range<u64>]) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for run in &self.runs {
+            for piece in intersect(run.positions(), positions) {
+                let start = run.slot + (piece.start - run.position) as usize;
+                let end = start + (piece.end - piece.start) as usize;
+                match out.last_mut() {
+                    Some(last) if last.end == start => last.end = end,
+                    _ => out.push(start..end),
+                }
+            }
+        }
+        out
+    }
+
+    /// The position stored in each slot `[0, |R|)`, in slot order.
+    pub fn positions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.runs.iter().flat_map(Run::positions)
+    }
+}
+
+/// `range` minus `holes` (ascending, disjoint): the pieces left, ascending.
+pub(crate) fn subtract(
+    range: Range<u64>,
+    holes: &[Range<u64>],
+) -> impl Iterator<Item = Range<u64>> + '_ {
+    let mut next = range.start;
+    let mut holes = holes.iter();
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        for hole in holes.by_ref() {
+            if hole.end <= next || hole.start >= hole.end {
+                continue;
+            }
+            if hole.start >= range.end {
+                break;
+            }
+            let piece = next..hole.start.max(next);
+            next = hole.end;
+            if piece.start < piece.end {
+                return Some(piece);
+            }
+            if next >= range.end {
+                done = true;
+                return None;
+            }
+        }
+        done = true;
+        (next < range.end).then_some(next..range.end)
+    })
+}
+
+/// `range` intersected with `sets` (ascending, disjoint): ascending pieces.
+pub(crate) fn intersect<'a>(
+    range: Range<u64>,
+    sets: &'a [Range<u64>],
+) -> impl Iterator<Item = Range<u64>> + 'a {
+    let from = sets.partition_point(|s| s.end <= range.start);
+    sets[from..]
+        .iter()
+        .take_while(move |s| s.start < range.end)
+        .map(move |s| s.start.max(range.start)..s.end.min(range.end))
+        .filter(|p| p.start < p.end)
+}
+
+/// Sorts and merges ranges into ascending, disjoint, non-empty ones.
+pub(crate) fn normalize(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.retain(|r| r.start < r.end);
+    ranges.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if last.end >= r.start => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Total length of ranges.
+pub(crate) fn count(ranges: &[Range<u64>]) -> u64 {
+    ranges.iter().map(|r| r.end - r.start).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtract_leaves_the_gaps() {
+        let holes = [2..4, 6..7, 20..30];
+        let pieces: Vec<_> = subtract(0..10, &holes).collect();
+        assert_eq!(pieces, vec![0..2, 4..6, 7..10]);
+        let pieces: Vec<_> = subtract(3..6, &holes).collect();
+        assert_eq!(pieces, vec![4..6]);
+        let pieces: Vec<_> = subtract(2..4, &holes).collect();
+        assert!(pieces.is_empty());
+        let pieces: Vec<_> = subtract(0..5, &[]).collect();
+        assert_eq!(pieces, vec![0..5]);
+    }
+
+    #[test]
+    fn remove_compacts_with_ordered_moves() {
+        let mut map = SlotMap::default();
+        map.push(0..10);
+        let moves = map.remove(&[2..4, 6..7]);
+        assert_eq!(
+            moves,
+            vec![
+                Move {
+                    from: 4,
+                    to: 2,
+                    len: 2
+                },
+                Move {
+                    from: 7,
+                    to: 4,
+                    len: 3
+                }
+            ]
+        );
+        assert_eq!(
+            map.positions().collect::<Vec<_>>(),
+            vec![0, 1, 4, 5, 7, 8, 9]
+        );
+        assert_eq!(map.slot_of(7), Some(4));
+        assert_eq!(map.first_missing(4..8), Some(6));
+        map.truncate(5);
+        assert_eq!(map.resident(), 3);
+        assert_eq!(map.slot_ranges(&[0..1, 4..5]), vec![0..1, 2..3]);
+    }
+}
