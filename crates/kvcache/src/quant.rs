@@ -65,8 +65,8 @@ impl QuantizedTensor {
     /// the rows it dropped alive.
     pub fn copy(&self) -> candle_core::Result<QuantizedTensor> {
         Ok(QuantizedTensor {
-            codes: self.codes.copy()?,
-            scales: self.scales.copy()?,
+            codes: self.codes.force_contiguous()?,
+            scales: self.scales.force_contiguous()?,
             quant: self.quant,
             head_dim: self.head_dim,
         })
