@@ -76,8 +76,14 @@ fn predicted_ratio(quant: Quant) -> f64 {
 
 fn packed_stream(c: &mut Criterion) {
     let device = Device::Cpu;
-    let k = Tensor::randn(0f32, 1.0, (B, CHUNK, H, D), &device).unwrap().to_dtype(DType::BF16).unwrap();
-    let v = Tensor::randn(0f32, 1.0, (B, CHUNK, H, D), &device).unwrap().to_dtype(DType::BF16).unwrap();
+    let k = Tensor::randn(0f32, 1.0, (B, CHUNK, H, D), &device)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let v = Tensor::randn(0f32, 1.0, (B, CHUNK, H, D), &device)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
     let dense_bytes = (2 * B * CAPACITY * H * D * 2) as f64;
 
     let mut caches = Vec::new();
@@ -101,8 +107,20 @@ fn packed_stream(c: &mut Criterion) {
     let dense_k = Tensor::zeros((B, CAPACITY, H, D), DType::BF16, &device).unwrap();
     let dense_v = Tensor::zeros((B, CAPACITY, H, D), DType::BF16, &device).unwrap();
     let dense_view = || {
-        let k = Tensor::cat(&[dense_k.narrow(1, 0, SINK)?, dense_k.narrow(1, SINK, CAPACITY - SINK)?], 1)?;
-        let v = Tensor::cat(&[dense_v.narrow(1, 0, SINK)?, dense_v.narrow(1, SINK, CAPACITY - SINK)?], 1)?;
+        let k = Tensor::cat(
+            &[
+                dense_k.narrow(1, 0, SINK)?,
+                dense_k.narrow(1, SINK, CAPACITY - SINK)?,
+            ],
+            1,
+        )?;
+        let v = Tensor::cat(
+            &[
+                dense_v.narrow(1, 0, SINK)?,
+                dense_v.narrow(1, SINK, CAPACITY - SINK)?,
+            ],
+            1,
+        )?;
         candle_core::Result::Ok((k, v))
     };
 
@@ -112,7 +130,9 @@ fn packed_stream(c: &mut Criterion) {
     group.measurement_time(std::time::Duration::from_secs(8));
     group.bench_function("dense_narrow_cat", |b| b.iter(|| dense_view().unwrap()));
     for (quant, cache) in &caches {
-        group.bench_function(format!("packed_{}", quant.name()), |b| b.iter(|| cache.view().unwrap().k.dims()[1]));
+        group.bench_function(format!("packed_{}", quant.name()), |b| {
+            b.iter(|| cache.view().unwrap().k.dims()[1])
+        });
     }
     group.finish();
 

@@ -91,7 +91,13 @@ pub struct View<'cache> {
 
 impl<'cache> View<'cache> {
     /// Assembles a view; `zero_copy` says whether the tensors alias storage.
-    pub fn new(global_end: u64, positions: Vec<u64>, k: Tensor, v: Tensor, zero_copy: bool) -> View<'cache> {
+    pub fn new(
+        global_end: u64,
+        positions: Vec<u64>,
+        k: Tensor,
+        v: Tensor,
+        zero_copy: bool,
+    ) -> View<'cache> {
         View {
             global_end,
             positions,

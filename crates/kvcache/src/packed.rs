@@ -36,7 +36,10 @@ enum Rows {
     /// Cold with `quant = "none"`: exact values, moved to cold storage.
     ColdExact { k: Tensor, v: Tensor },
     /// Cold, quantized: codes `[B, len, H, bytes]`, scales `[B, len, H]`.
-    Quantized { k: QuantizedTensor, v: QuantizedTensor },
+    Quantized {
+        k: QuantizedTensor,
+        v: QuantizedTensor,
+    },
 }
 
 impl Rows {
@@ -46,8 +49,14 @@ impl Rows {
         let cut = |t: &Tensor| t.narrow(1, from, len)?.force_contiguous();
         let cut_q = |t: &QuantizedTensor| t.narrow(1, from, len)?.copy();
         Ok(match self {
-            Rows::Hot { k, v } => Rows::Hot { k: cut(k)?, v: cut(v)? },
-            Rows::ColdExact { k, v } => Rows::ColdExact { k: cut(k)?, v: cut(v)? },
+            Rows::Hot { k, v } => Rows::Hot {
+                k: cut(k)?,
+                v: cut(v)?,
+            },
+            Rows::ColdExact { k, v } => Rows::ColdExact {
+                k: cut(k)?,
+                v: cut(v)?,
+            },
             Rows::Quantized { k, v } => Rows::Quantized {
                 k: cut_q(k)?,
                 v: cut_q(v)?,
@@ -222,7 +231,11 @@ impl PackedCache {
     }
 
     /// Builds K and V of `positions` (two ascending runs) for `heads`.
-    fn assemble(&self, runs: &[Range<u64>; 2], heads: Range<usize>) -> Result<(Vec<u64>, Tensor, Tensor)> {
+    fn assemble(
+        &self,
+        runs: &[Range<u64>; 2],
+        heads: Range<usize>,
+    ) -> Result<(Vec<u64>, Tensor, Tensor)> {
         let positions: Vec<u64> = runs.iter().flat_map(|r| r.clone()).collect();
         let c = &self.config;
         let shape = (c.batch, positions.len(), heads.len(), c.head_dim);
@@ -231,7 +244,11 @@ impl PackedCache {
         let all_heads = heads.start == 0 && heads.end == c.heads;
         let mut offset = 0usize;
         for run in runs.iter().filter(|r| !r.is_empty()) {
-            for chunk in self.chunks.iter().filter(|ch| overlap(&ch.range(), run) > 0) {
+            for chunk in self
+                .chunks
+                .iter()
+                .filter(|ch| overlap(&ch.range(), run) > 0)
+            {
                 for piece in &chunk.pieces {
                     let span = piece.range();
                     let from = span.start.max(run.start);
@@ -242,7 +259,11 @@ impl PackedCache {
                     let (at, len) = ((from - span.start) as usize, (to - from) as usize);
                     let select = |t: &Tensor| -> candle_core::Result<Tensor> {
                         let t = t.narrow(1, at, len)?;
-                        let t = if all_heads { t } else { t.narrow(2, heads.start, heads.len())? };
+                        let t = if all_heads {
+                            t
+                        } else {
+                            t.narrow(2, heads.start, heads.len())?
+                        };
                         t.contiguous()
                     };
                     match &piece.rows {
@@ -273,7 +294,10 @@ impl PackedCache {
         if gone.is_empty() {
             return Ok(());
         }
-        for chunk in chunks.iter_mut().filter(|ch| overlap(&ch.range(), &gone) > 0) {
+        for chunk in chunks
+            .iter_mut()
+            .filter(|ch| overlap(&ch.range(), &gone) > 0)
+        {
             let mut kept = Vec::with_capacity(chunk.pieces.len() + 1);
             for piece in chunk.pieces.drain(..) {
                 let span = piece.range();
@@ -281,12 +305,17 @@ impl PackedCache {
                     kept.push(piece);
                     continue;
                 }
-                for part in [span.start..gone.start.min(span.end), gone.end.max(span.start)..span.end] {
+                for part in [
+                    span.start..gone.start.min(span.end),
+                    gone.end.max(span.start)..span.end,
+                ] {
                     if part.is_empty() {
                         continue;
                     }
                     let len = (part.end - part.start) as usize;
-                    let rows = piece.rows.trimmed((part.start - span.start) as usize, len)?;
+                    let rows = piece
+                        .rows
+                        .trimmed((part.start - span.start) as usize, len)?;
                     kept.push(Piece {
                         start: part.start,
                         len,
@@ -305,7 +334,10 @@ impl PackedCache {
         for piece in &mut chunk.pieces {
             if let Rows::Hot { k, v } = &piece.rows {
                 piece.rows = match quant {
-                    Quant::None => Rows::ColdExact { k: k.clone(), v: v.clone() },
+                    Quant::None => Rows::ColdExact {
+                        k: k.clone(),
+                        v: v.clone(),
+                    },
                     q => Rows::Quantized {
                         k: quant::quantize(k, q)?,
                         v: quant::quantize(v, q)?,
@@ -319,7 +351,13 @@ impl PackedCache {
 
     /// The hot rows of a new chunk: the payload, or zeros with the written
     /// heads set for a head range.
-    fn hot_rows(&self, n: usize, heads: &Range<usize>, k: &Tensor, v: &Tensor) -> candle_core::Result<Rows> {
+    fn hot_rows(
+        &self,
+        n: usize,
+        heads: &Range<usize>,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> candle_core::Result<Rows> {
         let c = &self.config;
         let fill = |payload: &Tensor| -> candle_core::Result<Tensor> {
             if heads.len() == c.heads {
@@ -330,7 +368,10 @@ impl PackedCache {
                 Ok(t)
             }
         };
-        Ok(Rows::Hot { k: fill(k)?, v: fill(v)? })
+        Ok(Rows::Hot {
+            k: fill(k)?,
+            v: fill(v)?,
+        })
     }
 }
 
@@ -362,9 +403,16 @@ impl KvCache for PackedCache {
             Some([first, count]) => {
                 let fits = first >= 0
                     && count >= 1
-                    && first.checked_add(count).is_some_and(|last| last <= heads as i64);
+                    && first
+                        .checked_add(count)
+                        .is_some_and(|last| last <= heads as i64);
                 if !fits {
-                    return Err(CacheError::HeadRange { first, count, heads }.into());
+                    return Err(CacheError::HeadRange {
+                        first,
+                        count,
+                        heads,
+                    }
+                    .into());
                 }
                 first as usize..(first + count) as usize
             }
@@ -381,7 +429,11 @@ impl KvCache for PackedCache {
         // 5–6: never fire for an append or a rewrite of the current chunk,
         // kept so the order of SPEC.md §3 reads off the code.
         if s > g {
-            return Err(CacheError::NonSequential { start: s, global_end: g }.into());
+            return Err(CacheError::NonSequential {
+                start: s,
+                global_end: g,
+            }
+            .into());
         }
         if let Some(position) = self.first_missing(s..end.min(g)) {
             return Err(CacheError::Evicted {
@@ -443,7 +495,10 @@ impl KvCache for PackedCache {
             let chunk = self.chunks.last_mut().expect("a current chunk exists");
             let piece = &mut chunk.pieces[0];
             if head_range.len() == heads {
-                piece.rows = Rows::Hot { k: k.force_contiguous()?, v: v.force_contiguous()? };
+                piece.rows = Rows::Hot {
+                    k: k.force_contiguous()?,
+                    v: v.force_contiguous()?,
+                };
             } else if let Rows::Hot { k: hot_k, v: hot_v } = &piece.rows {
                 hot_k.slice_set(&k.contiguous()?, 2, head_range.start)?;
                 hot_v.slice_set(&v.contiguous()?, 2, head_range.start)?;
@@ -456,7 +511,11 @@ impl KvCache for PackedCache {
                 start: s,
                 len: n,
                 cold: false,
-                pieces: vec![Piece { start: s, len: n as usize, rows }],
+                pieces: vec![Piece {
+                    start: s,
+                    len: n as usize,
+                    rows,
+                }],
             });
             let current = chunks.len() - 1;
             let keep_from = current.saturating_sub(self.policy.keep_recent_chunks);
@@ -503,7 +562,12 @@ impl KvCache for PackedCache {
             }
             .into());
         }
-        let mut chunks: Vec<Chunk> = self.chunks.iter().filter(|c| c.start < to).cloned().collect();
+        let mut chunks: Vec<Chunk> = self
+            .chunks
+            .iter()
+            .filter(|c| c.start < to)
+            .cloned()
+            .collect();
         Self::drop_rows(&mut chunks, to..g)?;
         self.chunks = chunks;
         self.evicted_to = self.evicted_to.min(to.max(self.sink));
@@ -561,7 +625,8 @@ impl KvCache for PackedCache {
             .flat_map(|ch| &ch.pieces)
             .flat_map(|p| {
                 let cold = p.rows.is_cold();
-                p.range().map(move |q| if cold { Slot::Cold(q) } else { Slot::Hot(q) })
+                p.range()
+                    .map(move |q| if cold { Slot::Cold(q) } else { Slot::Hot(q) })
             })
             .collect();
         Layout { slots }

@@ -29,7 +29,8 @@
 //! the ops' `cuda_fwd` without changing any caller.
 
 use candle_core::{
-    backend::BackendStorage, CpuStorage, CustomOp1, DType, Device, InplaceOp3, Layout, Shape, Tensor,
+    backend::BackendStorage, CpuStorage, CustomOp1, DType, Device, InplaceOp3, Layout, Shape,
+    Tensor,
 };
 use half::{bf16, f16};
 use kvmodel::Quant;
@@ -52,7 +53,12 @@ pub struct QuantizedTensor {
 impl QuantizedTensor {
     /// Narrows every row dimension alike: `dim` must be a row dimension
     /// (not the last dimension of the values). Zero-copy.
-    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> candle_core::Result<QuantizedTensor> {
+    pub fn narrow(
+        &self,
+        dim: usize,
+        start: usize,
+        len: usize,
+    ) -> candle_core::Result<QuantizedTensor> {
         Ok(QuantizedTensor {
             codes: self.codes.narrow(dim, start, len)?,
             scales: self.scales.narrow(dim, start, len)?,
@@ -134,7 +140,11 @@ pub fn dequantize_into(quantized: &QuantizedTensor, out: &Tensor) -> candle_core
 
 /// Dequantizes into a new tensor of `dtype` on `device` (convenience for
 /// tests and callers that want a standalone tensor).
-pub fn dequantize(quantized: &QuantizedTensor, dtype: DType, device: &Device) -> candle_core::Result<Tensor> {
+pub fn dequantize(
+    quantized: &QuantizedTensor,
+    dtype: DType,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
     let mut shape = quantized.scales.dims().to_vec();
     shape.push(quantized.head_dim);
     let out = Tensor::zeros(shape, dtype, device)?;
@@ -205,7 +215,9 @@ fn encode_row<T: Element>(row: &[T], quant: Quant, q: i32, out: &mut [u8]) {
         Quant::Int4 => {
             for (byte, pair) in out.iter_mut().zip(row.chunks(2)) {
                 let lo = code_of(pair[0].to_f32(), scale, q) as u8 & 0x0F;
-                let hi = pair.get(1).map_or(0, |x| code_of(x.to_f32(), scale, q) as u8 & 0x0F);
+                let hi = pair
+                    .get(1)
+                    .map_or(0, |x| code_of(x.to_f32(), scale, q) as u8 & 0x0F);
                 *byte = lo | (hi << 4);
             }
         }
@@ -244,15 +256,26 @@ struct RowCodes {
 }
 
 impl RowCodes {
-    fn run<T: Element>(&self, values: &[T], layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn run<T: Element>(
+        &self,
+        values: &[T],
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let values = contiguous(values, layout)?;
         let dims = layout.dims();
         let head_dim = dims.last().copied().unwrap_or(0);
         let bytes = code_bytes(self.quant, head_dim);
-        let rows = if head_dim == 0 { 0 } else { values.len() / head_dim };
+        let rows = if head_dim == 0 {
+            0
+        } else {
+            values.len() / head_dim
+        };
         let mut codes = vec![0u8; rows * bytes];
         if head_dim > 0 {
-            for (row, out) in values.chunks_exact(head_dim).zip(codes.chunks_exact_mut(bytes.max(1))) {
+            for (row, out) in values
+                .chunks_exact(head_dim)
+                .zip(codes.chunks_exact_mut(bytes.max(1)))
+            {
                 encode_row(row, self.quant, self.q, out);
             }
         }
@@ -269,7 +292,11 @@ impl CustomOp1 for RowCodes {
         "kvcache-quantize-codes"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         match storage {
             CpuStorage::F32(v) => self.run(v, layout),
             CpuStorage::F16(v) => self.run(v, layout),
@@ -285,14 +312,21 @@ struct RowScales {
 }
 
 impl RowScales {
-    fn run<T: Element>(&self, values: &[T], layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn run<T: Element>(
+        &self,
+        values: &[T],
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let values = contiguous(values, layout)?;
         let dims = layout.dims();
         let head_dim = dims.last().copied().unwrap_or(0);
         let scales = if head_dim == 0 {
             Vec::new()
         } else {
-            values.chunks_exact(head_dim).map(|row| row_scale(row, self.q)).collect()
+            values
+                .chunks_exact(head_dim)
+                .map(|row| row_scale(row, self.q))
+                .collect()
         };
         let shape = dims[..dims.len().saturating_sub(1)].to_vec();
         Ok((CpuStorage::F32(scales), Shape::from(shape)))
@@ -304,7 +338,11 @@ impl CustomOp1 for RowScales {
         "kvcache-quantize-scales"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         match storage {
             CpuStorage::F32(v) => self.run(v, layout),
             CpuStorage::F16(v) => self.run(v, layout),
@@ -417,9 +455,15 @@ impl InplaceOp3 for DequantizeInto {
             candle_core::bail!("dequantize: codes must be u8 and scales f32");
         };
         match out {
-            CpuStorage::F32(v) => self.run(v, out_layout, codes, codes_layout, scales, scales_layout),
-            CpuStorage::F16(v) => self.run(v, out_layout, codes, codes_layout, scales, scales_layout),
-            CpuStorage::BF16(v) => self.run(v, out_layout, codes, codes_layout, scales, scales_layout),
+            CpuStorage::F32(v) => {
+                self.run(v, out_layout, codes, codes_layout, scales, scales_layout)
+            }
+            CpuStorage::F16(v) => {
+                self.run(v, out_layout, codes, codes_layout, scales, scales_layout)
+            }
+            CpuStorage::BF16(v) => {
+                self.run(v, out_layout, codes, codes_layout, scales, scales_layout)
+            }
             other => candle_core::bail!("dequantize: unsupported dtype {:?}", other.dtype()),
         }
     }

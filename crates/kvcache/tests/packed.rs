@@ -31,10 +31,19 @@ fn mix(mut x: u64) -> u64 {
 /// The payload row of (writer, position, batch row, head, K|V), as dtype
 /// values given as f32. Rows vary in magnitude (tiny, ordinary, large) so
 /// that the quantizer sees every regime.
-fn payload_row(config: &Config, writer: u64, position: u64, b: usize, h: usize, is_v: bool) -> Vec<f32> {
+fn payload_row(
+    config: &Config,
+    writer: u64,
+    position: u64,
+    b: usize,
+    h: usize,
+    is_v: bool,
+) -> Vec<f32> {
     let seed = [writer, position, b as u64, h as u64, is_v as u64]
         .iter()
-        .fold(config.seed ^ 0x9e37_79b9_7f4a_7c15, |acc, &x| mix(acc ^ x.wrapping_add(0x632b_e59b)));
+        .fold(config.seed ^ 0x9e37_79b9_7f4a_7c15, |acc, &x| {
+            mix(acc ^ x.wrapping_add(0x632b_e59b))
+        });
     let magnitude = match seed % 4 {
         0 => 1e-6,
         1 => 1.0,
@@ -51,7 +60,14 @@ fn payload_row(config: &Config, writer: u64, position: u64, b: usize, h: usize, 
 }
 
 /// K or V of a write: `[B, len, heads, D]` in the cache dtype.
-fn payload(config: &Config, writer: u64, start: u64, len: usize, heads: std::ops::Range<usize>, is_v: bool) -> Tensor {
+fn payload(
+    config: &Config,
+    writer: u64,
+    start: u64,
+    len: usize,
+    heads: std::ops::Range<usize>,
+    is_v: bool,
+) -> Tensor {
     let mut values = Vec::with_capacity(config.batch * len * heads.len() * config.head_dim);
     for b in 0..config.batch {
         for p in 0..len {
@@ -60,10 +76,14 @@ fn payload(config: &Config, writer: u64, start: u64, len: usize, heads: std::ops
             }
         }
     }
-    Tensor::from_vec(values, (config.batch, len, heads.len(), config.head_dim), &Device::Cpu)
-        .unwrap()
-        .to_dtype(candle_dtype(config.dtype))
-        .unwrap()
+    Tensor::from_vec(
+        values,
+        (config.batch, len, heads.len(), config.head_dim),
+        &Device::Cpu,
+    )
+    .unwrap()
+    .to_dtype(candle_dtype(config.dtype))
+    .unwrap()
 }
 
 // ---------------------------------------------------------------- checks
@@ -122,12 +142,29 @@ fn model_writer(model: &Model) -> impl Fn(u64, usize) -> Option<u64> + '_ {
 fn assert_state(model: &Model, cache: &PackedCache, context: &str) {
     let view = cache.view().unwrap();
     assert_eq!(view.global_end, model.global_end(), "{context}: global end");
-    assert_eq!(view.positions, model.view(None), "{context}: view() positions");
-    let [k, v] = expected_view(model, &view.positions, 0..model.config().heads, model_writer(model));
+    assert_eq!(
+        view.positions,
+        model.view(None),
+        "{context}: view() positions"
+    );
+    let [k, v] = expected_view(
+        model,
+        &view.positions,
+        0..model.config().heads,
+        model_writer(model),
+    );
     assert!(bits(&view.k) == k, "{context}: view() K differs");
     assert!(bits(&view.v) == v, "{context}: view() V differs");
-    assert_eq!(cache.resident_bytes(), model.resident_bytes(), "{context}: resident bytes");
-    assert_eq!(cache.layout().slots.len(), model.resident_len(), "{context}: layout slots");
+    assert_eq!(
+        cache.resident_bytes(),
+        model.resident_bytes(),
+        "{context}: resident bytes"
+    );
+    assert_eq!(
+        cache.layout().slots.len(),
+        model.resident_len(),
+        "{context}: layout slots"
+    );
 }
 
 /// Applies `op` (index `index`) to both and compares outcome and tensors.
@@ -149,10 +186,21 @@ fn step(model: &mut Model, cache: &mut PackedCache, index: u64, op: &Op) -> Outc
             let k = payload(&config, index, start, len, heads.clone(), false);
             let v = payload(&config, index, start, len, heads.clone(), true);
             match cache.write(w, &k, &v) {
-                Err(e) => Outcome::Err(e.kind().unwrap_or_else(|| panic!("{context}: non-contract error {e}"))),
+                Err(e) => Outcome::Err(
+                    e.kind()
+                        .unwrap_or_else(|| panic!("{context}: non-contract error {e}")),
+                ),
                 Ok(view) => {
-                    if let Outcome::Ok(Effect { writers: Some(_), .. }) = &expected {
-                        let [ek, ev] = expected_view(model, &view.positions, heads.clone(), model_writer(model));
+                    if let Outcome::Ok(Effect {
+                        writers: Some(_), ..
+                    }) = &expected
+                    {
+                        let [ek, ev] = expected_view(
+                            model,
+                            &view.positions,
+                            heads.clone(),
+                            model_writer(model),
+                        );
                         assert!(bits(&view.k) == ek, "{context}: write view K differs");
                         assert!(bits(&view.v) == ev, "{context}: write view V differs");
                     }
@@ -161,16 +209,33 @@ fn step(model: &mut Model, cache: &mut PackedCache, index: u64, op: &Op) -> Outc
                         visible: Some(view.positions.clone()),
                         writers: Some(
                             heads
-                                .map(|h| view.positions.iter().map(|&p| model.writers(p).map_or(None, |w| w[h])).collect())
+                                .map(|h| {
+                                    view.positions
+                                        .iter()
+                                        .map(|&p| model.writers(p).map_or(None, |w| w[h]))
+                                        .collect()
+                                })
                                 .collect(),
                         ),
                     })
                 }
             }
         }
-        Op::Rewind { to } => cache.rewind(*to).map(Effect::moved).map_err(|e| e.kind().unwrap()).into(),
-        Op::Evict { tokens } => cache.evict(*tokens).map(Effect::moved).map_err(|e| e.kind().unwrap()).into(),
-        Op::Pin { tokens } => cache.pin(*tokens).map(Effect::moved).map_err(|e| e.kind().unwrap()).into(),
+        Op::Rewind { to } => cache
+            .rewind(*to)
+            .map(Effect::moved)
+            .map_err(|e| e.kind().unwrap())
+            .into(),
+        Op::Evict { tokens } => cache
+            .evict(*tokens)
+            .map(Effect::moved)
+            .map_err(|e| e.kind().unwrap())
+            .into(),
+        Op::Pin { tokens } => cache
+            .pin(*tokens)
+            .map(Effect::moved)
+            .map_err(|e| e.kind().unwrap())
+            .into(),
         Op::Reset => Outcome::Ok(Effect::moved(cache.reset())),
     };
     match (&expected, &actual) {
@@ -190,13 +255,28 @@ fn step(model: &mut Model, cache: &mut PackedCache, index: u64, op: &Op) -> Outc
 /// the denoise pattern (append, then rewrites of the same chunk) is common.
 #[derive(Clone, Debug)]
 enum Step {
-    Append { len: i64, heads: Option<[i64; 2]>, recent: Option<i64> },
-    Rewrite { heads: Option<[i64; 2]>, recent: Option<i64> },
-    RewindToChunk { pick: usize },
-    RewindTo { to: i64 },
+    Append {
+        len: i64,
+        heads: Option<[i64; 2]>,
+        recent: Option<i64>,
+    },
+    Rewrite {
+        heads: Option<[i64; 2]>,
+        recent: Option<i64>,
+    },
+    RewindToChunk {
+        pick: usize,
+    },
+    RewindTo {
+        to: i64,
+    },
     Reset,
-    Evict { tokens: i64 },
-    Pin { tokens: i64 },
+    Evict {
+        tokens: i64,
+    },
+    Pin {
+        tokens: i64,
+    },
     Raw(Write),
     ZeroLen,
 }
@@ -214,10 +294,12 @@ fn recent_strategy() -> impl Strategy<Value = Option<i64>> {
 }
 
 fn step_strategy() -> impl Strategy<Value = Vec<Step>> {
-    let append = || (1i64..6, heads_strategy(), recent_strategy()).prop_map(|(len, heads, recent)| Step::Append { len, heads, recent });
-    let rewrite = (heads_strategy(), recent_strategy(), 1usize..6).prop_map(|(heads, recent, times)| {
-        vec![Step::Rewrite { heads, recent }; times]
-    });
+    let append = || {
+        (1i64..6, heads_strategy(), recent_strategy())
+            .prop_map(|(len, heads, recent)| Step::Append { len, heads, recent })
+    };
+    let rewrite = (heads_strategy(), recent_strategy(), 1usize..6)
+        .prop_map(|(heads, recent, times)| vec![Step::Rewrite { heads, recent }; times]);
     let single = prop_oneof![
         8 => append(),
         2 => any::<usize>().prop_map(|pick| Step::RewindToChunk { pick }),
@@ -239,14 +321,36 @@ fn step_strategy() -> impl Strategy<Value = Vec<Step>> {
 fn resolve(step: &Step, model: &Model) -> Op {
     let g = model.global_end() as i64;
     match step {
-        Step::Append { len, heads, recent } => Op::Write(Write { start: g, len: *len, heads: *heads, recent_window: *recent }),
+        Step::Append { len, heads, recent } => Op::Write(Write {
+            start: g,
+            len: *len,
+            heads: *heads,
+            recent_window: *recent,
+        }),
         Step::Rewrite { heads, recent } => match model.current_chunk() {
-            Some(c) => Op::Write(Write { start: c.start as i64, len: c.len as i64, heads: *heads, recent_window: *recent }),
-            None => Op::Write(Write { start: g, len: 2, heads: *heads, recent_window: *recent }),
+            Some(c) => Op::Write(Write {
+                start: c.start as i64,
+                len: c.len as i64,
+                heads: *heads,
+                recent_window: *recent,
+            }),
+            None => Op::Write(Write {
+                start: g,
+                len: 2,
+                heads: *heads,
+                recent_window: *recent,
+            }),
         },
         Step::RewindToChunk { pick } => {
-            let starts: Vec<i64> = model.chunks().iter().map(|c| c.start as i64).chain([0, g]).collect();
-            Op::Rewind { to: starts[pick % starts.len()] }
+            let starts: Vec<i64> = model
+                .chunks()
+                .iter()
+                .map(|c| c.start as i64)
+                .chain([0, g])
+                .collect();
+            Op::Rewind {
+                to: starts[pick % starts.len()],
+            }
         }
         Step::RewindTo { to } => Op::Rewind { to: *to },
         Step::Reset => Op::Reset,
@@ -262,30 +366,49 @@ fn config_strategy() -> impl Strategy<Value = Config> {
         1usize..=8,
         0usize..=3,
         any::<u16>(),
-        (0usize..=3, prop_oneof![Just(Quant::None), Just(Quant::Int8), Just(Quant::Int4)], any::<bool>()),
+        (
+            0usize..=3,
+            prop_oneof![Just(Quant::None), Just(Quant::Int8), Just(Quant::Int4)],
+            any::<bool>(),
+        ),
         (1usize..=3, 1usize..=2, 1usize..=5),
         prop_oneof![Just(Dtype::F32), Just(Dtype::F16), Just(Dtype::Bf16)],
         any::<u64>(),
     )
-        .prop_map(|(capacity, sink, window_pick, (keep, quant, pack_sink), (heads, batch, head_dim), dtype, seed)| {
-            let sink = sink.min(capacity - 1);
-            // W in (S, C]; None (= C) half of the time.
-            let window = (window_pick % 2 == 0).then(|| sink + 1 + (window_pick as usize / 2) % (capacity - sink));
-            Config {
-                variant: Variant::Packed,
-                batch,
-                heads,
-                head_dim,
-                dtype,
+        .prop_map(
+            |(
                 capacity,
                 sink,
-                window,
-                growth: false,
-                global_sink: 0,
-                packed: Some(PackedPolicy { keep_recent_chunks: keep, quant, pack_sink }),
+                window_pick,
+                (keep, quant, pack_sink),
+                (heads, batch, head_dim),
+                dtype,
                 seed,
-            }
-        })
+            )| {
+                let sink = sink.min(capacity - 1);
+                // W in (S, C]; None (= C) half of the time.
+                let window = (window_pick % 2 == 0)
+                    .then(|| sink + 1 + (window_pick as usize / 2) % (capacity - sink));
+                Config {
+                    variant: Variant::Packed,
+                    batch,
+                    heads,
+                    head_dim,
+                    dtype,
+                    capacity,
+                    sink,
+                    window,
+                    growth: false,
+                    global_sink: 0,
+                    packed: Some(PackedPolicy {
+                        keep_recent_chunks: keep,
+                        quant,
+                        pack_sink,
+                    }),
+                    seed,
+                }
+            },
+        )
 }
 
 proptest! {
@@ -312,7 +435,10 @@ fn dense_configs_are_refused() {
     assert_eq!(err.kind(), Some(kvmodel::ErrorKind::InvalidConfig));
     let mut config = Config::packed(4);
     config.growth = true;
-    assert_eq!(PackedCache::new(&config, &Device::Cpu).unwrap_err().kind(), Some(kvmodel::ErrorKind::InvalidConfig));
+    assert_eq!(
+        PackedCache::new(&config, &Device::Cpu).unwrap_err().kind(),
+        Some(kvmodel::ErrorKind::InvalidConfig)
+    );
 }
 
 #[test]
@@ -327,8 +453,18 @@ fn extreme_arguments_are_refused_like_the_model() {
         Op::Write(Write::new(3, i64::MAX)),
         Op::Write(Write::new(i64::MAX, i64::MAX)),
         Op::Write(Write::new(i64::MIN, 1)),
-        Op::Write(Write { start: 3, len: 2, heads: Some([i64::MAX, i64::MAX]), recent_window: None }),
-        Op::Write(Write { start: 3, len: 2, heads: None, recent_window: Some(i64::MIN) }),
+        Op::Write(Write {
+            start: 3,
+            len: 2,
+            heads: Some([i64::MAX, i64::MAX]),
+            recent_window: None,
+        }),
+        Op::Write(Write {
+            start: 3,
+            len: 2,
+            heads: None,
+            recent_window: Some(i64::MIN),
+        }),
         Op::Rewind { to: i64::MAX },
         Op::Rewind { to: i64::MIN },
         Op::Evict { tokens: i64::MIN },
@@ -347,7 +483,11 @@ fn chunk_straddling_the_sink_is_trimmed_not_requantized() {
     let mut config = Config::packed(7);
     config.sink = 2;
     config.head_dim = 3;
-    config.packed = Some(PackedPolicy { keep_recent_chunks: 0, quant: Quant::Int4, pack_sink: true });
+    config.packed = Some(PackedPolicy {
+        keep_recent_chunks: 0,
+        quant: Quant::Int4,
+        pack_sink: true,
+    });
     let mut model = Model::new(&config).unwrap();
     let mut cache = PackedCache::new(&config, &Device::Cpu).unwrap();
     let mut i = 0;
@@ -365,7 +505,8 @@ fn chunk_straddling_the_sink_is_trimmed_not_requantized() {
 
 fn config_from_trace(value: &serde_json::Value) -> Config {
     let field = |name: &str| value.get(name).filter(|v| !v.is_null());
-    let int = |name: &str, default: usize| field(name).map_or(default, |v| v.as_u64().unwrap() as usize);
+    let int =
+        |name: &str, default: usize| field(name).map_or(default, |v| v.as_u64().unwrap() as usize);
     let mut config = match field("variant").and_then(|v| v.as_str()) {
         Some("packed") => Config::packed(int("capacity", 0)),
         _ => Config::dense(int("capacity", 0)),
@@ -373,7 +514,8 @@ fn config_from_trace(value: &serde_json::Value) -> Config {
     config.batch = int("batch", 1);
     config.heads = int("heads", 1);
     config.head_dim = int("head_dim", 1);
-    config.dtype = field("dtype").map_or(Dtype::F32, |v| serde_json::from_value(v.clone()).unwrap());
+    config.dtype =
+        field("dtype").map_or(Dtype::F32, |v| serde_json::from_value(v.clone()).unwrap());
     config.sink = int("sink", 0);
     config.window = field("window").map(|v| v.as_u64().unwrap() as usize);
     config.growth = field("growth").is_some_and(|v| v.as_bool().unwrap());
@@ -382,8 +524,14 @@ fn config_from_trace(value: &serde_json::Value) -> Config {
     config.packed = field("packed").map(|p| {
         let defaults = PackedPolicy::default();
         PackedPolicy {
-            keep_recent_chunks: p.get("keep_recent_chunks").map_or(defaults.keep_recent_chunks, |v| v.as_u64().unwrap() as usize),
-            quant: p.get("quant").map_or(defaults.quant, |v| serde_json::from_value(v.clone()).unwrap()),
+            keep_recent_chunks: p
+                .get("keep_recent_chunks")
+                .map_or(defaults.keep_recent_chunks, |v| {
+                    v.as_u64().unwrap() as usize
+                }),
+            quant: p.get("quant").map_or(defaults.quant, |v| {
+                serde_json::from_value(v.clone()).unwrap()
+            }),
             pack_sink: p.get("pack_sink").is_some_and(|v| v.as_bool().unwrap()),
         }
     });
@@ -393,7 +541,11 @@ fn config_from_trace(value: &serde_json::Value) -> Config {
 #[test]
 fn shared_packed_vectors_replay() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors");
-    let dir = if dir.exists() { dir } else { Path::new("/work/shared/vectors").to_path_buf() };
+    let dir = if dir.exists() {
+        dir
+    } else {
+        Path::new("/work/shared/vectors").to_path_buf()
+    };
     let mut replayed = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -401,7 +553,8 @@ fn shared_packed_vectors_replay() {
         if !name.starts_with("packed_") || !name.ends_with(".kvtrace.json") {
             continue;
         }
-        let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let trace: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let config = config_from_trace(&trace["config"]);
         let ops: Vec<Op> = serde_json::from_value(trace["ops"].clone()).unwrap();
         let expect: Vec<Outcome> = serde_json::from_value(trace["expect"].clone()).unwrap();
@@ -413,5 +566,9 @@ fn shared_packed_vectors_replay() {
         }
         replayed += 1;
     }
-    assert!(replayed >= 2, "found {replayed} packed vectors in {}", dir.display());
+    assert!(
+        replayed >= 2,
+        "found {replayed} packed vectors in {}",
+        dir.display()
+    );
 }

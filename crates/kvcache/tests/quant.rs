@@ -24,11 +24,16 @@ fn row(dtype: Dtype, head_dim: usize) -> impl Strategy<Value = Vec<f32>> {
     let unit = prop::collection::vec(-1.0f32..1.0, head_dim);
     prop_oneof![
         Just(vec![0.0; head_dim]),
-        unit.clone().prop_map(|v| v.iter().map(|x| x * 1e-38).collect()),
-        unit.clone().prop_map(|v| v.iter().map(|x| x * 1e-6).collect()),
-        unit.clone().prop_map(move |v| v.iter().map(|x| x * max).collect()),
-        unit.clone().prop_map(|v| v.iter().map(|x| x * 100.0).collect()),
-        prop::collection::vec(-8i32..=8, head_dim).prop_map(|v| v.iter().map(|&x| x as f32 * 0.5).collect()),
+        unit.clone()
+            .prop_map(|v| v.iter().map(|x| x * 1e-38).collect()),
+        unit.clone()
+            .prop_map(|v| v.iter().map(|x| x * 1e-6).collect()),
+        unit.clone()
+            .prop_map(move |v| v.iter().map(|x| x * max).collect()),
+        unit.clone()
+            .prop_map(|v| v.iter().map(|x| x * 100.0).collect()),
+        prop::collection::vec(-8i32..=8, head_dim)
+            .prop_map(|v| v.iter().map(|&x| x as f32 * 0.5).collect()),
         unit,
     ]
     .prop_map(move |v| v.into_iter().map(|x| round_to_dtype(x, dtype)).collect())
@@ -109,7 +114,10 @@ proptest! {
 #[test]
 fn dequantize_into_a_narrowed_output_leaves_the_rest() {
     let device = Device::Cpu;
-    let x = Tensor::arange(0f32, 24.0, &device).unwrap().reshape((2, 3, 4)).unwrap();
+    let x = Tensor::arange(0f32, 24.0, &device)
+        .unwrap()
+        .reshape((2, 3, 4))
+        .unwrap();
     let packed = quant::quantize(&x.narrow(1, 1, 2).unwrap(), Quant::Int8).unwrap();
     let out = Tensor::full(-1f32, (2, 3, 4), &device).unwrap();
     quant::dequantize_into(&packed, &out.narrow(1, 1, 2).unwrap()).unwrap();

@@ -192,7 +192,8 @@ impl Config {
     /// Checks every rule of SPEC.md §1. The error names the first field that
     /// breaks a rule.
     pub fn validate(&self) -> Result<(), CacheError> {
-        let bad = |field: &'static str, reason: String| Err(CacheError::InvalidConfig { field, reason });
+        let bad =
+            |field: &'static str, reason: String| Err(CacheError::InvalidConfig { field, reason });
         for (field, value) in [
             ("batch", self.batch),
             ("heads", self.heads),
@@ -206,7 +207,10 @@ impl Config {
         if self.sink >= self.capacity {
             return bad(
                 "sink",
-                format!("must be below capacity {}, got {}", self.capacity, self.sink),
+                format!(
+                    "must be below capacity {}, got {}",
+                    self.capacity, self.sink
+                ),
             );
         }
         if let Some(window) = self.window {
@@ -223,22 +227,33 @@ impl Config {
         if self.global_sink > self.sink {
             return bad(
                 "global_sink",
-                format!("must be at most sink {}, got {}", self.sink, self.global_sink),
+                format!(
+                    "must be at most sink {}, got {}",
+                    self.sink, self.global_sink
+                ),
             );
         }
         match self.variant {
             Variant::Dense => {
                 if self.packed.is_some() {
-                    return bad("packed", "is only allowed with variant \"packed\"".to_string());
+                    return bad(
+                        "packed",
+                        "is only allowed with variant \"packed\"".to_string(),
+                    );
                 }
             }
             Variant::Packed => {
                 if self.growth {
-                    return bad("growth", "is not supported by the packed variant".to_string());
+                    return bad(
+                        "growth",
+                        "is not supported by the packed variant".to_string(),
+                    );
                 }
             }
         }
-        let elements = self.elements_per_token().saturating_mul(self.capacity as u64);
+        let elements = self
+            .elements_per_token()
+            .saturating_mul(self.capacity as u64);
         if elements > MAX_ELEMENTS {
             return bad(
                 "capacity",

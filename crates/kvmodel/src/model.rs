@@ -141,13 +141,17 @@ impl Model {
 
     /// SPEC.md §2: the protected resident positions, ascending.
     pub fn protected(&self) -> Vec<u64> {
-        self.resident().filter(|&p| self.is_protected_position(p)).collect()
+        self.resident()
+            .filter(|&p| self.is_protected_position(p))
+            .collect()
     }
 
     /// SPEC.md §2: the evictable resident positions, ascending (eviction
     /// always takes them from the front).
     pub fn evictable(&self) -> Vec<u64> {
-        self.resident().filter(|&p| !self.is_protected_position(p)).collect()
+        self.resident()
+            .filter(|&p| !self.is_protected_position(p))
+            .collect()
     }
 
     /// SPEC.md §4: the visible window of the current state. `recent` is
@@ -159,7 +163,10 @@ impl Model {
             None => {
                 let keep = self.window.saturating_sub(protected.len());
                 let others: Vec<u64> = others.collect();
-                others[others.len().saturating_sub(keep)..].iter().copied().collect()
+                others[others.len().saturating_sub(keep)..]
+                    .iter()
+                    .copied()
+                    .collect()
             }
             Some((s, r)) => others.filter(|&q| q >= s.saturating_sub(r)).collect(),
         };
@@ -229,9 +236,15 @@ impl Model {
             Some([first, count]) => {
                 let fits = first >= 0
                     && count >= 1
-                    && first.checked_add(count).is_some_and(|last| last <= heads as i64);
+                    && first
+                        .checked_add(count)
+                        .is_some_and(|last| last <= heads as i64);
                 if !fits {
-                    return Err(CacheError::HeadRange { first, count, heads });
+                    return Err(CacheError::HeadRange {
+                        first,
+                        count,
+                        heads,
+                    });
                 }
                 first as usize..(first + count) as usize
             }
@@ -258,10 +271,15 @@ impl Model {
         }
         // 5. A gap would leave unwritten positions visible.
         if s > self.global_end {
-            return Err(CacheError::NonSequential { start: s, global_end: self.global_end });
+            return Err(CacheError::NonSequential {
+                start: s,
+                global_end: self.global_end,
+            });
         }
         // 6. Rewritten positions must still be resident.
-        if let Some(position) = (s..end.min(self.global_end)).find(|p| !self.resident.contains_key(p)) {
+        if let Some(position) =
+            (s..end.min(self.global_end)).find(|p| !self.resident.contains_key(p))
+        {
             return Err(CacheError::Evicted {
                 start: s,
                 end,
@@ -330,12 +348,19 @@ impl Model {
         // 9. Commit.
         next.global_end = self.global_end.max(end);
         for p in s..end {
-            let writers = next.resident.get_mut(&p).expect("inserted or checked resident above");
+            let writers = next
+                .resident
+                .get_mut(&p)
+                .expect("inserted or checked resident above");
             for h in head_range.clone() {
                 writers[h] = Some(index);
             }
         }
-        if next.packed() && !(next.current_chunk().is_some_and(|c| c.start == s && c.len == n)) {
+        if next.packed()
+            && !(next
+                .current_chunk()
+                .is_some_and(|c| c.start == s && c.len == n))
+        {
             next.append_chunk(s, n);
         }
         let writers = head_range
@@ -353,7 +378,11 @@ impl Model {
     /// every completed chunk outside the `keep_recent_chunks` most recent
     /// ones (and outside the sink unless `pack_sink`). Cold is permanent.
     fn append_chunk(&mut self, start: u64, len: u64) {
-        self.chunks.push(Chunk { start, len, cold: false });
+        self.chunks.push(Chunk {
+            start,
+            len,
+            cold: false,
+        });
         let current = self.chunks.len() - 1;
         self.current_chunk = Some(current);
         let policy = self.config.packed_policy();
@@ -370,7 +399,10 @@ impl Model {
     pub fn rewind(&mut self, to: i64) -> Result<u64, CacheError> {
         let to = Self::non_negative("to", to)?;
         if to > self.global_end {
-            return Err(CacheError::RewindAhead { to, global_end: self.global_end });
+            return Err(CacheError::RewindAhead {
+                to,
+                global_end: self.global_end,
+            });
         }
         if self.packed() {
             let boundary = to == 0
@@ -410,7 +442,10 @@ impl Model {
         }
         let evictable = self.evictable();
         if k > evictable.len() as u64 {
-            return Err(CacheError::EvictTooMany { tokens: k, evictable: evictable.len() });
+            return Err(CacheError::EvictTooMany {
+                tokens: k,
+                evictable: evictable.len(),
+            });
         }
         for p in &evictable[..k as usize] {
             self.resident.remove(p);
@@ -433,7 +468,10 @@ impl Model {
         }
         let sink = self.config.sink as u64;
         if sink == 0 {
-            return Err(CacheError::PinRange { tokens: n, detail: "needs a sink, but sink is 0".to_string() });
+            return Err(CacheError::PinRange {
+                tokens: n,
+                detail: "needs a sink, but sink is 0".to_string(),
+            });
         }
         if n > self.global_end {
             return Err(CacheError::PinRange {
@@ -446,7 +484,10 @@ impl Model {
         if let Some(p) = pin.clone().find(|p| !self.resident.contains_key(p)) {
             return Err(CacheError::PinRange {
                 tokens: n,
-                detail: format!("would pin [{}, {}) but position {p} is not resident", pin.start, pin.end),
+                detail: format!(
+                    "would pin [{}, {}) but position {p} is not resident",
+                    pin.start, pin.end
+                ),
             });
         }
         self.pin = Some(pin);

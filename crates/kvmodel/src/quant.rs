@@ -124,7 +124,10 @@ mod tests {
         let row = quantize_row(&[0.0, -0.0, 0.0], 127);
         assert_eq!(row.scale, 0.0);
         assert_eq!(row.codes, vec![0, 0, 0]);
-        assert_eq!(cold_round_trip(&[0.0, 0.0], Quant::Int4, Dtype::Bf16), vec![0.0, 0.0]);
+        assert_eq!(
+            cold_round_trip(&[0.0, 0.0], Quant::Int4, Dtype::Bf16),
+            vec![0.0, 0.0]
+        );
     }
 
     #[test]
@@ -141,10 +144,16 @@ mod tests {
         // 1 + 2^-11 lies halfway between two f16 values: ties to even (1.0).
         assert_eq!(round_to_dtype(1.0 + 2f32.powi(-11), Dtype::F16), 1.0);
         // 1 + 3·2^-11 lies halfway: ties to even (1 + 2^-9).
-        assert_eq!(round_to_dtype(1.0 + 3.0 * 2f32.powi(-11), Dtype::F16), 1.0 + 2f32.powi(-9));
+        assert_eq!(
+            round_to_dtype(1.0 + 3.0 * 2f32.powi(-11), Dtype::F16),
+            1.0 + 2f32.powi(-9)
+        );
         // bf16 keeps 8 mantissa bits: 1 + 2^-8 is a tie → 1.0.
         assert_eq!(round_to_dtype(1.0 + 2f32.powi(-8), Dtype::Bf16), 1.0);
-        assert_eq!(round_to_dtype(1.0 + 3.0 * 2f32.powi(-8), Dtype::Bf16), 1.0 + 2f32.powi(-6));
+        assert_eq!(
+            round_to_dtype(1.0 + 3.0 * 2f32.powi(-8), Dtype::Bf16),
+            1.0 + 2f32.powi(-6)
+        );
     }
 
     #[test]
