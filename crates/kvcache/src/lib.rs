@@ -6,7 +6,7 @@
 //! - [`DenseCache`]: preallocated `[B, C, H, D]` K and V buffers, in-place
 //!   writes, in-place rolls, sinks, pins, growth and head ranges
 //!   (SPEC.md §2–§5).
-//! - `PackedCache`: per-chunk storage whose cold chunks are kept as int8 /
+//! - [`PackedCache`]: per-chunk storage whose cold chunks are kept as int8 /
 //!   int4 codes with one f32 scale per row (SPEC.md §6).
 //!
 //! Both refuse what the contract refuses, with the same [`ErrorKind`] as the
@@ -25,6 +25,7 @@ pub mod packed;
 pub mod quant;
 
 pub use dense::DenseCache;
+pub use packed::PackedCache;
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend

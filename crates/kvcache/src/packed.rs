@@ -1,1 +1,634 @@
-//! placeholder
+//! The packed cache of SPEC.md §6: storage by chunks, cold chunks quantized.
+//!
+//! **Residency in two numbers.** The packed variant only appends at the
+//! global end, rewrites the current chunk in place, and rewinds. Protected
+//! positions `[0, S)` are never evicted and eviction takes the smallest
+//! evictable positions first, so the resident set is always
+//! `[0, min(S, G)) ∪ [evicted_to, G)` with `S ≤ evicted_to`: the cache keeps
+//! `G` and `evicted_to` instead of a set of positions, and every check of
+//! SPEC.md §3 becomes interval arithmetic.
+//!
+//! **Storage by chunk.** Each chunk (the range of one append) holds its
+//! resident rows as one or two *pieces* (two only when eviction cut a hole
+//! into a chunk that straddles the sink boundary). A piece is either hot,
+//! `[B, len, H, D]` K and V tensors in the cache dtype, or cold: int8 / int4
+//! codes plus one f32 scale per (batch row, position, head), or, with
+//! `quant = "none"`, the exact tensors tagged cold. Eviction trims pieces
+//! (with a copy, so the dropped rows are freed); it never re-quantizes.
+//!
+//! **The view** is assembled in ascending position order in one output
+//! tensor per K and V: hot rows are copied in, cold rows are dequantized
+//! straight into their slice of the output ([`quant::dequantize_into`]).
+
+use std::ops::Range;
+
+use candle_core::{DType, Device, Tensor};
+use kvmodel::{format_ranges, CacheError, Config, PackedPolicy, Quant, Variant, Write};
+
+use crate::quant::{self, QuantizedTensor};
+use crate::{candle_dtype, check_payload, KvCache, Layout, Result, Slot, View};
+
+/// Rows of one piece.
+#[derive(Clone, Debug)]
+enum Rows {
+    /// Full precision, `[B, len, H, D]` K and V in the cache dtype.
+    Hot { k: Tensor, v: Tensor },
+    /// Cold with `quant = "none"`: exact values, moved to cold storage.
+    ColdExact { k: Tensor, v: Tensor },
+    /// Cold, quantized: codes `[B, len, H, bytes]`, scales `[B, len, H]`.
+    Quantized {
+        k: QuantizedTensor,
+        v: QuantizedTensor,
+    },
+}
+
+impl Rows {
+    /// The rows `[from, from + len)` of the piece, deep-copied so that the
+    /// rest of the storage can be freed.
+    fn trimmed(&self, from: usize, len: usize) -> candle_core::Result<Rows> {
+        let cut = |t: &Tensor| t.narrow(1, from, len)?.force_contiguous();
+        let cut_q = |t: &QuantizedTensor| t.narrow(1, from, len)?.copy();
+        Ok(match self {
+            Rows::Hot { k, v } => Rows::Hot {
+                k: cut(k)?,
+                v: cut(v)?,
+            },
+            Rows::ColdExact { k, v } => Rows::ColdExact {
+                k: cut(k)?,
+                v: cut(v)?,
+            },
+            Rows::Quantized { k, v } => Rows::Quantized {
+                k: cut_q(k)?,
+                v: cut_q(v)?,
+            },
+        })
+    }
+
+    fn is_cold(&self) -> bool {
+        !matches!(self, Rows::Hot { .. })
+    }
+}
+
+/// Contiguous resident positions of one chunk and their rows.
+#[derive(Clone, Debug)]
+struct Piece {
+    start: u64,
+    len: usize,
+    rows: Rows,
+}
+
+impl Piece {
+    fn range(&self) -> Range<u64> {
+        self.start..self.start + self.len as u64
+    }
+}
+
+/// One chunk: the range of one append (SPEC.md §6), with the pieces that are
+/// still resident (none once it is fully evicted; the chunk still counts for
+/// the coldness rule).
+#[derive(Clone, Debug)]
+struct Chunk {
+    start: u64,
+    len: u64,
+    cold: bool,
+    pieces: Vec<Piece>,
+}
+
+impl Chunk {
+    fn range(&self) -> Range<u64> {
+        self.start..self.start + self.len
+    }
+}
+
+/// The packed cache of SPEC.md §6. See the module docs for the design.
+#[derive(Clone, Debug)]
+pub struct PackedCache {
+    config: Config,
+    policy: PackedPolicy,
+    device: Device,
+    dtype: DType,
+    /// `S`.
+    sink: u64,
+    /// `W`.
+    window: u64,
+    /// `G`.
+    global_end: u64,
+    /// Positions `[S, evicted_to)` are evicted; `evicted_to ≥ S`.
+    evicted_to: u64,
+    /// Chunks since the last reset or rewind below them, ascending.
+    chunks: Vec<Chunk>,
+    /// Whether the last chunk is the current one (cleared by rewind, reset).
+    has_current: bool,
+}
+
+fn non_negative(field: &'static str, value: i64) -> Result<u64, CacheError> {
+    u64::try_from(value).map_err(|_| CacheError::InvalidArgument { field, value })
+}
+
+/// Length of `a ∩ b`.
+fn overlap(a: &Range<u64>, b: &Range<u64>) -> u64 {
+    a.end.min(b.end).saturating_sub(a.start.max(b.start))
+}
+
+impl PackedCache {
+    /// A new, empty packed cache on `device`. Refuses a configuration that
+    /// breaks SPEC.md §1 (and a dense one) with `invalid_config`.
+    pub fn new(config: &Config, device: &Device) -> Result<PackedCache> {
+        config.validate()?;
+        if config.variant != Variant::Packed {
+            return Err(CacheError::InvalidConfig {
+                field: "variant",
+                reason: "PackedCache needs variant \"packed\"".to_string(),
+            }
+            .into());
+        }
+        Ok(PackedCache {
+            config: config.clone(),
+            policy: config.packed_policy(),
+            device: device.clone(),
+            dtype: candle_dtype(config.dtype),
+            sink: config.sink as u64,
+            window: config.effective_window() as u64,
+            global_end: 0,
+            evicted_to: config.sink as u64,
+            chunks: Vec::new(),
+            has_current: false,
+        })
+    }
+
+    /// The resident sink positions `[0, min(S, G))` for a global end `g`.
+    fn sink_range(&self, g: u64) -> Range<u64> {
+        0..self.sink.min(g)
+    }
+
+    /// The resident positions past the sink, `[evicted_to, G)`.
+    fn recent_range(evicted_to: u64, g: u64) -> Range<u64> {
+        evicted_to..g.max(evicted_to)
+    }
+
+    /// `|R|`.
+    fn resident_len(&self) -> u64 {
+        let g = self.global_end;
+        self.sink_range(g).end + (Self::recent_range(self.evicted_to, g).end - self.evicted_to)
+    }
+
+    fn is_resident(&self, p: u64) -> bool {
+        p < self.global_end && (p < self.sink || p >= self.evicted_to)
+    }
+
+    /// The first position of `range` that is not resident.
+    fn first_missing(&self, range: Range<u64>) -> Option<u64> {
+        if range.is_empty() {
+            return None;
+        }
+        if range.start >= self.global_end {
+            return Some(range.start);
+        }
+        if range.start >= self.sink && range.start < self.evicted_to {
+            return Some(range.start);
+        }
+        if range.start < self.sink && range.end > self.sink && self.evicted_to > self.sink {
+            return Some(self.sink);
+        }
+        (range.end > self.global_end).then_some(self.global_end)
+    }
+
+    fn current(&self) -> Option<&Chunk> {
+        if self.has_current {
+            self.chunks.last()
+        } else {
+            None
+        }
+    }
+
+    /// SPEC.md §4 on the state `(evicted_to, g)`: the two contiguous runs of
+    /// visible positions (sink, then the window), ascending and disjoint.
+    fn visible(&self, evicted_to: u64, g: u64, recent: Option<(u64, u64)>) -> [Range<u64>; 2] {
+        let protected = self.sink_range(g);
+        let others = Self::recent_range(evicted_to, g);
+        let from = match recent {
+            None => {
+                let keep = self.window.saturating_sub(protected.end);
+                others.end.saturating_sub(keep)
+            }
+            Some((s, r)) => s.saturating_sub(r),
+        };
+        [protected, from.max(others.start)..others.end]
+    }
+
+    fn unsupported_write(&self, s: u64, end: u64) -> CacheError {
+        let current = match self.current() {
+            Some(c) => format!("the current chunk is [{}, {})", c.start, c.start + c.len),
+            None => "there is no current chunk".to_string(),
+        };
+        CacheError::Unsupported {
+            op: "write",
+            detail: format!(
+                "[{s}, {end}) is neither an append at the global end {} nor a rewrite of exactly the current chunk ({current})",
+                self.global_end
+            ),
+        }
+    }
+
+    /// Builds K and V of `positions` (two ascending runs) for `heads`.
+    fn assemble(
+        &self,
+        runs: &[Range<u64>; 2],
+        heads: Range<usize>,
+    ) -> Result<(Vec<u64>, Tensor, Tensor)> {
+        let positions: Vec<u64> = runs.iter().flat_map(|r| r.clone()).collect();
+        let c = &self.config;
+        let shape = (c.batch, positions.len(), heads.len(), c.head_dim);
+        let out_k = Tensor::zeros(shape, self.dtype, &self.device)?;
+        let out_v = Tensor::zeros(shape, self.dtype, &self.device)?;
+        let all_heads = heads.start == 0 && heads.end == c.heads;
+        let mut offset = 0usize;
+        for run in runs.iter().filter(|r| !r.is_empty()) {
+            for chunk in self
+                .chunks
+                .iter()
+                .filter(|ch| overlap(&ch.range(), run) > 0)
+            {
+                for piece in &chunk.pieces {
+                    let span = piece.range();
+                    let from = span.start.max(run.start);
+                    let to = span.end.min(run.end);
+                    if from >= to {
+                        continue;
+                    }
+                    let (at, len) = ((from - span.start) as usize, (to - from) as usize);
+                    let select = |t: &Tensor| -> candle_core::Result<Tensor> {
+                        let t = t.narrow(1, at, len)?;
+                        let t = if all_heads {
+                            t
+                        } else {
+                            t.narrow(2, heads.start, heads.len())?
+                        };
+                        t.contiguous()
+                    };
+                    match &piece.rows {
+                        Rows::Hot { k, v } | Rows::ColdExact { k, v } => {
+                            out_k.slice_set(&select(k)?, 1, offset)?;
+                            out_v.slice_set(&select(v)?, 1, offset)?;
+                        }
+                        Rows::Quantized { k, v } => {
+                            for (codes, out) in [(k, &out_k), (v, &out_v)] {
+                                let mut codes = codes.narrow(1, at, len)?;
+                                if !all_heads {
+                                    codes = codes.narrow(2, heads.start, heads.len())?;
+                                }
+                                quant::dequantize_into(&codes, &out.narrow(1, offset, len)?)?;
+                            }
+                        }
+                    }
+                    offset += len;
+                }
+            }
+        }
+        debug_assert_eq!(offset, positions.len(), "every visible position is stored");
+        Ok((positions, out_k, out_v))
+    }
+
+    /// Drops the stored rows of `gone` from every chunk (trimming pieces).
+    fn drop_rows(chunks: &mut [Chunk], gone: Range<u64>) -> candle_core::Result<()> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        for chunk in chunks
+            .iter_mut()
+            .filter(|ch| overlap(&ch.range(), &gone) > 0)
+        {
+            let mut kept = Vec::with_capacity(chunk.pieces.len() + 1);
+            for piece in chunk.pieces.drain(..) {
+                let span = piece.range();
+                if overlap(&span, &gone) == 0 {
+                    kept.push(piece);
+                    continue;
+                }
+                for part in [
+                    span.start..gone.start.min(span.end),
+                    gone.end.max(span.start)..span.end,
+                ] {
+                    if part.is_empty() {
+                        continue;
+                    }
+                    let len = (part.end - part.start) as usize;
+                    let rows = piece
+                        .rows
+                        .trimmed((part.start - span.start) as usize, len)?;
+                    kept.push(Piece {
+                        start: part.start,
+                        len,
+                        rows,
+                    });
+                }
+            }
+            chunk.pieces = kept;
+        }
+        Ok(())
+    }
+
+    /// Turns the rows of a chunk cold (SPEC.md §6): quantized once, the
+    /// full-precision tensors dropped.
+    fn freeze(chunk: &mut Chunk, quant: Quant) -> candle_core::Result<()> {
+        for piece in &mut chunk.pieces {
+            if let Rows::Hot { k, v } = &piece.rows {
+                piece.rows = match quant {
+                    Quant::None => Rows::ColdExact {
+                        k: k.clone(),
+                        v: v.clone(),
+                    },
+                    q => Rows::Quantized {
+                        k: quant::quantize(k, q)?,
+                        v: quant::quantize(v, q)?,
+                    },
+                };
+            }
+        }
+        chunk.cold = true;
+        Ok(())
+    }
+
+    /// The hot rows of a new chunk: the payload, or zeros with the written
+    /// heads set for a head range.
+    fn hot_rows(
+        &self,
+        n: usize,
+        heads: &Range<usize>,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> candle_core::Result<Rows> {
+        let c = &self.config;
+        let fill = |payload: &Tensor| -> candle_core::Result<Tensor> {
+            if heads.len() == c.heads {
+                payload.force_contiguous()
+            } else {
+                let t = Tensor::zeros((c.batch, n, c.heads, c.head_dim), self.dtype, &self.device)?;
+                t.slice_set(&payload.contiguous()?, 2, heads.start)?;
+                Ok(t)
+            }
+        };
+        Ok(Rows::Hot {
+            k: fill(k)?,
+            v: fill(v)?,
+        })
+    }
+}
+
+impl KvCache for PackedCache {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn global_end(&self) -> u64 {
+        self.global_end
+    }
+
+    fn capacity(&self) -> usize {
+        self.config.capacity
+    }
+
+    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
+        // 1–3: arguments.
+        let s = non_negative("start", request.start)?;
+        let n = non_negative("len", request.len)?;
+        let end = s + n;
+        let recent_window = match request.recent_window {
+            Some(r) if r < 0 => return Err(CacheError::NegativeWindow { recent_window: r }.into()),
+            r => r.map(|r| r as u64),
+        };
+        let heads = self.config.heads;
+        let head_range = match request.heads {
+            None => 0..heads,
+            Some([first, count]) => {
+                let fits = first >= 0
+                    && count >= 1
+                    && first
+                        .checked_add(count)
+                        .is_some_and(|last| last <= heads as i64);
+                if !fits {
+                    return Err(CacheError::HeadRange {
+                        first,
+                        count,
+                        heads,
+                    }
+                    .into());
+                }
+                first as usize..(first + count) as usize
+            }
+        };
+        // 4: only an append or a rewrite of exactly the current chunk.
+        let g = self.global_end;
+        let append = s == g && n >= 1;
+        let rewrite = self
+            .current()
+            .is_some_and(|c| c.start == s && c.len == n && self.first_missing(c.range()).is_none());
+        if !append && !rewrite {
+            return Err(self.unsupported_write(s, end).into());
+        }
+        // 5–6: never fire for an append or a rewrite of the current chunk,
+        // kept so the order of SPEC.md §3 reads off the code.
+        if s > g {
+            return Err(CacheError::NonSequential {
+                start: s,
+                global_end: g,
+            }
+            .into());
+        }
+        if let Some(position) = self.first_missing(s..end.min(g)) {
+            return Err(CacheError::Evicted {
+                start: s,
+                end,
+                position,
+                resident: format_ranges(
+                    self.sink_range(g)
+                        .chain(Self::recent_range(self.evicted_to, g))
+                        .filter(|&p| self.is_resident(p)),
+                ),
+            }
+            .into());
+        }
+        // 7: make room. Only an append adds positions, all at or past G, so
+        // the victims are the oldest of [evicted_to, G).
+        let added = end - s.max(g);
+        let total = self.resident_len() + added;
+        let capacity = self.config.capacity as u64;
+        let mut evicted_to = self.evicted_to;
+        if total > capacity {
+            let excess = total - capacity;
+            let evictable = Self::recent_range(evicted_to, g).end - evicted_to;
+            if excess > evictable || s < g {
+                let protected = self.sink_range(g).end as usize;
+                let capacity = self.config.capacity;
+                return Err(CacheError::ChunkTooLarge {
+                    start: s,
+                    end,
+                    needed: usize::try_from(total).unwrap_or(usize::MAX),
+                    capacity,
+                    protected,
+                    room: capacity.saturating_sub(protected),
+                }
+                .into());
+            }
+            evicted_to += excess;
+        }
+        // 8: the chunk must see itself.
+        let new_end = g.max(end);
+        let runs = self.visible(evicted_to, new_end, recent_window.map(|r| (s, r)));
+        let unseen = (s..end).find(|p| !runs.iter().any(|r| r.contains(p)));
+        if let Some(position) = unseen {
+            return Err(CacheError::WindowTooSmall {
+                start: s,
+                end,
+                position,
+                window: self.config.effective_window(),
+                protected: self.sink_range(new_end).end as usize,
+            }
+            .into());
+        }
+        // 9: commit. Every check has passed; only backend failures remain.
+        let c = &self.config;
+        let expected = [c.batch, n as usize, head_range.len(), c.head_dim];
+        check_payload("k", k, expected, self.dtype)?;
+        check_payload("v", v, expected, self.dtype)?;
+        if rewrite {
+            let chunk = self.chunks.last_mut().expect("a current chunk exists");
+            let piece = &mut chunk.pieces[0];
+            if head_range.len() == heads {
+                piece.rows = Rows::Hot {
+                    k: k.force_contiguous()?,
+                    v: v.force_contiguous()?,
+                };
+            } else if let Rows::Hot { k: hot_k, v: hot_v } = &piece.rows {
+                hot_k.slice_set(&k.contiguous()?, 2, head_range.start)?;
+                hot_v.slice_set(&v.contiguous()?, 2, head_range.start)?;
+            }
+        } else {
+            let mut chunks = self.chunks.clone();
+            Self::drop_rows(&mut chunks, self.evicted_to..evicted_to)?;
+            let rows = self.hot_rows(n as usize, &head_range, k, v)?;
+            chunks.push(Chunk {
+                start: s,
+                len: n,
+                cold: false,
+                pieces: vec![Piece {
+                    start: s,
+                    len: n as usize,
+                    rows,
+                }],
+            });
+            let current = chunks.len() - 1;
+            let keep_from = current.saturating_sub(self.policy.keep_recent_chunks);
+            for chunk in &mut chunks[..keep_from] {
+                if !chunk.cold && (chunk.start >= self.sink || self.policy.pack_sink) {
+                    Self::freeze(chunk, self.policy.quant)?;
+                }
+            }
+            self.chunks = chunks;
+            self.has_current = true;
+            self.evicted_to = evicted_to;
+            self.global_end = new_end;
+        }
+        let (positions, k, v) = self.assemble(&runs, head_range)?;
+        Ok(View::new(self.global_end, positions, k, v, false))
+    }
+
+    fn view(&self) -> Result<View<'_>> {
+        let runs = self.visible(self.evicted_to, self.global_end, None);
+        let (positions, k, v) = self.assemble(&runs, 0..self.config.heads)?;
+        Ok(View::new(self.global_end, positions, k, v, false))
+    }
+
+    fn rewind(&mut self, to: i64) -> Result<u64> {
+        let to = non_negative("to", to)?;
+        let g = self.global_end;
+        if to > g {
+            return Err(CacheError::RewindAhead { to, global_end: g }.into());
+        }
+        let boundary = to == 0
+            || to == g
+            || self.chunks.iter().any(|c| {
+                let range = c.range();
+                c.start == to
+                    && (overlap(&range, &self.sink_range(g)) > 0
+                        || overlap(&range, &Self::recent_range(self.evicted_to, g)) > 0)
+            });
+        if !boundary {
+            return Err(CacheError::Unsupported {
+                op: "rewind",
+                detail: format!(
+                    "to {to} is not a chunk boundary (0, the global end {g}, or the start of a resident chunk)"
+                ),
+            }
+            .into());
+        }
+        let mut chunks: Vec<Chunk> = self
+            .chunks
+            .iter()
+            .filter(|c| c.start < to)
+            .cloned()
+            .collect();
+        Self::drop_rows(&mut chunks, to..g)?;
+        self.chunks = chunks;
+        self.evicted_to = self.evicted_to.min(to.max(self.sink));
+        self.global_end = to;
+        self.has_current = false;
+        Ok(to)
+    }
+
+    fn evict(&mut self, tokens: i64) -> Result<u64> {
+        non_negative("tokens", tokens)?;
+        Err(CacheError::Unsupported {
+            op: "evict",
+            detail: "is not supported by the packed variant".to_string(),
+        }
+        .into())
+    }
+
+    fn pin(&mut self, tokens: i64) -> Result<u64> {
+        non_negative("tokens", tokens)?;
+        Err(CacheError::Unsupported {
+            op: "pin",
+            detail: "is not supported by the packed variant".to_string(),
+        }
+        .into())
+    }
+
+    fn reset(&mut self) -> u64 {
+        self.chunks.clear();
+        self.has_current = false;
+        self.global_end = 0;
+        self.evicted_to = self.sink;
+        0
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        let c = &self.config;
+        let hot_row = (c.head_dim * c.dtype.size_bytes()) as u64;
+        let cold_row = match self.policy.quant {
+            Quant::None => hot_row,
+            q => (quant::code_bytes(q, c.head_dim) + 4) as u64,
+        };
+        let rows: u64 = self
+            .chunks
+            .iter()
+            .flat_map(|ch| &ch.pieces)
+            .map(|p| p.len as u64 * if p.rows.is_cold() { cold_row } else { hot_row })
+            .sum();
+        rows * (c.batch * c.heads) as u64 * 2
+    }
+
+    fn layout(&self) -> Layout {
+        let slots = self
+            .chunks
+            .iter()
+            .flat_map(|ch| &ch.pieces)
+            .flat_map(|p| {
+                let cold = p.rows.is_cold();
+                p.range()
+                    .map(move |q| if cold { Slot::Cold(q) } else { Slot::Hot(q) })
+            })
+            .collect();
+        Layout { slots }
+    }
+}

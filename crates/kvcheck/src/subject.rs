@@ -22,7 +22,7 @@ use crate::payload::{tensor_values, to_dtype_tensor, Kv};
 pub fn open_cache(config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
     Ok(match config.variant {
         Variant::Dense => Box::new(kvcache::DenseCache::new(config, device)?),
-        Variant::Packed => Box::new(ReferenceCache::new(config, device)?),
+        Variant::Packed => Box::new(kvcache::PackedCache::new(config, device)?),
     })
 }
 
