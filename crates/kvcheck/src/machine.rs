@@ -10,7 +10,7 @@
 //!
 //! | knob | default | meaning |
 //! |---|---|---|
-//! | `KVCHECK_CASES` | 48 | op sequences per suite |
+//! | `KVCHECK_CASES` | 256 | op sequences per suite |
 //! | `KVCHECK_MAX_OPS` | 40 | longest op sequence |
 //! | `KVCHECK_SEED` | fixed per suite | proptest seed; set it to explore other sequences |
 
@@ -138,7 +138,7 @@ impl<F: Family> StateMachineTest for KvLockstep<F> {
 /// Knobs of a suite run, read from the environment (see the module docs).
 #[derive(Clone, Debug)]
 pub struct SuiteSettings {
-    /// `KVCHECK_CASES`, default 48.
+    /// `KVCHECK_CASES`, default 256.
     pub cases: u32,
     /// `KVCHECK_MAX_OPS`, default 40.
     pub max_ops: usize,
@@ -161,7 +161,7 @@ impl SuiteSettings {
             }
         }
         Ok(SuiteSettings {
-            cases: var("KVCHECK_CASES")?.unwrap_or(48),
+            cases: var("KVCHECK_CASES")?.unwrap_or(256),
             max_ops: var("KVCHECK_MAX_OPS")?.unwrap_or(40).max(1),
             seed: var("KVCHECK_SEED")?,
         })
