@@ -125,7 +125,9 @@ impl<F: Family> StateMachineTest for KvLockstep<F> {
             if divergence.save_as(&path).is_err() {
                 eprintln!("could not save {}", path.display());
             }
-            panic!("{divergence}");
+            // resume_unwind skips the panic hook: proptest re-runs failing
+            // cases while shrinking, and one report at the end is enough.
+            std::panic::resume_unwind(Box::new(divergence.to_string()));
         }
         lockstep
     }
@@ -193,7 +195,10 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
     COVERAGE.with(|c| *c.borrow_mut() = Coverage::default());
     let mut runner = TestRunner::new(config.clone());
     let strategy = KvReference::<F>::sequential_strategy(1..=settings.max_ops);
+    let runs = std::cell::Cell::new(0usize);
+    let first_failure = std::cell::Cell::new(None);
     let result = runner.run(&strategy, |(state, transitions, seen)| {
+        runs.set(runs.get() + 1);
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             KvLockstep::<F>::test_sequential(config.clone(), state, transitions, seen)
         }));
@@ -203,6 +208,9 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panic".into());
+            if first_failure.get().is_none() {
+                first_failure.set(Some(runs.get()));
+            }
             TestCaseError::fail(message)
         })
     });
@@ -211,9 +219,12 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
         Ok(()) => {}
         Err(TestError::Fail(reason, (_, transitions, _))) => {
             return Err(format!(
-                "profile {}: divergence after shrinking to {} ops\n{}\nshrunk trace: {}\nreproduce: cargo run --release -p kvcheck -- replay {}",
+                "profile {}: divergence found in case {} of {}, shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: cargo run --release -p kvcheck -- replay {}",
                 profile.name,
+                first_failure.get().unwrap_or(0),
+                settings.cases,
                 transitions.len(),
+                runs.get().saturating_sub(first_failure.get().unwrap_or(0)),
                 reason.message(),
                 failure_path(profile).display(),
                 failure_path(profile).display()
