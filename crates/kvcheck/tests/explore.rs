@@ -96,9 +96,7 @@ fn grid_slice_passes_and_reaches_every_sometimes_event() {
             .depth(3)
             .alphabet(Alphabet::Small)
             .assert_no_discovery();
-        assert_eq!(report.depth_completed.min(3), report.depth_completed);
-        let missed = report.missing_events();
-        assert!(missed.is_empty(), "{config:?} never reached {missed:?}");
+        assert_eq!(report.depth_completed, 3);
         coverage.merge(&report.coverage);
     }
     let missed = missing(&coverage, &all_required_events());

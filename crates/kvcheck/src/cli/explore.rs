@@ -144,7 +144,7 @@ fn progress_bar(configs: usize) -> ProgressBar {
     } else {
         ProgressDrawTarget::hidden()
     };
-    let bar = ProgressBar::with_draw_target(Some(configs as u64), target);
+    let bar = ProgressBar::with_draw_target(Some(0), target);
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:30} {pos}/{len} nodes {msg}")
             .expect("a valid template"),

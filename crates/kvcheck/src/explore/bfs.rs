@@ -85,6 +85,9 @@ impl<'e> Bfs<'e> {
         let root = self.rebuild(&[])?;
         self.seen.insert(fingerprint(root.model(), root.cache()));
         self.report.distinct_states = 1;
+        if let Some(bar) = &e.progress {
+            bar.inc_length(1);
+        }
         let mut frontier: Vec<u32> = vec![ROOT];
         for depth in 0..e.depth {
             let mut next = Vec::new();
