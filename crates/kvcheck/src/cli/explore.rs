@@ -146,8 +146,10 @@ fn progress_bar(configs: usize) -> ProgressBar {
     };
     let bar = ProgressBar::with_draw_target(Some(0), target);
     bar.set_style(
-        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:30} {pos}/{len} nodes {msg}")
-            .expect("a valid template"),
+        ProgressStyle::with_template(
+            "{prefix} [{elapsed_precise}] {bar:30} {pos}/{len} nodes {msg}",
+        )
+        .expect("a valid template"),
     );
     if configs > 1 {
         bar.set_prefix(format!("config 1/{configs}"));
@@ -158,7 +160,10 @@ fn progress_bar(configs: usize) -> ProgressBar {
 fn discovery(mut divergence: Box<Divergence>, out: &Option<PathBuf>) -> ExitCode {
     let dir = failures_dir(out.clone());
     if let Err(e) = divergence.save_in(&dir) {
-        eprintln!("warning: could not save the trace under {}: {e}", dir.display());
+        eprintln!(
+            "warning: could not save the trace under {}: {e}",
+            dir.display()
+        );
     }
     println!(
         "discovery: shortest counterexample ({} ops)",
@@ -217,4 +222,3 @@ fn sometimes(coverage: &Coverage, missed: &[String], no_sometimes: bool) -> Exit
         ExitCode::from(EXIT_MISMATCH)
     }
 }
-

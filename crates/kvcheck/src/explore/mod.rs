@@ -272,7 +272,10 @@ pub fn required_events(config: &Config) -> Vec<String> {
     need("growth", dense && config.growth);
     need("rewind_into_evicted", true);
     // An overlapping write needs room for two positions (or growth).
-    need("overlap_write", dense && (config.capacity >= 2 || config.growth));
+    need(
+        "overlap_write",
+        dense && (config.capacity >= 2 || config.growth),
+    );
     for kind in ErrorKind::OP_KINDS {
         let reachable = match kind {
             ErrorKind::Unsupported => !dense,
