@@ -253,7 +253,9 @@ mod tests {
                 batch: 1,
                 head: 2,
             };
-            let offset = ((1 * 2 + 1) * 2 + 1) * 5;
+            // batch 1, position 1, head 1 of [2, 2, 2, 5].
+            let (batch, position, head) = (1, 1, 1);
+            let offset = ((batch * 2 + position) * 2 + head) * 5;
             assert_eq!(
                 &values[offset..offset + 5],
                 row(&config, Kv::V, id).as_slice()
