@@ -10,6 +10,8 @@
 //! - [`trace::Trace`], the kvtrace/1 file format;
 //! - [`payload`], the deterministic K/V values the driver writes;
 //! - [`coverage::Coverage`], the labelled events a run reached;
+//! - [`explore::Explorer`], breadth-first exploration of every op
+//!   sequence up to a depth, with shortest counterexamples;
 //! - [`subject`], the implementations under test, including the naive
 //!   [`subject::ReferenceCache`] with injectable faults.
 //!
@@ -26,6 +28,7 @@
 
 pub mod coverage;
 pub mod divergence;
+pub mod explore;
 pub mod lockstep;
 pub mod machine;
 pub mod payload;

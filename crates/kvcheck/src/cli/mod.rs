@@ -1,6 +1,7 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
 mod expect;
+mod explore;
 mod replay;
 mod run;
 
@@ -49,6 +50,11 @@ enum Command {
         after_help = "Examples:\n  kvcheck expect hand-written.kvtrace.json > tests/regressions/case.kvtrace.json\n  kvcheck expect trace.kvtrace.json -o trace.kvtrace.json"
     )]
     Expect(expect::Args),
+    /// Explore every op sequence up to a depth, breadth first, in lockstep.
+    #[command(
+        after_help = "Examples:\n  kvcheck explore --depth 4 --capacity 4 --sink 1\n  kvcheck explore --depth 3 --config case.kvtrace.json --subject reference\n  kvcheck explore --grid --depth 3 --small-alphabet --max-capacity 3\n  kvcheck explore --depth 2 --subject fault:stale-rewrite\n\nExit status: 0 no discovery and every sometimes-event reached, 1 a divergence or a missing event, 2 bad input."
+    )]
+    Explore(explore::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -57,6 +63,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
+        Command::Explore(args) => explore::run(args),
     }
 }
 

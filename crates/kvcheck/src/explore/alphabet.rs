@@ -1,0 +1,110 @@
+//! The op alphabet: for one state, a finite set of ops that is complete for
+//! small numbers (every start, length, head range, window and count near the
+//! state's global end and capacity, plus one invalid value of each kind).
+
+use kvmodel::{Config, Model, Op, Write};
+
+/// Which ops the explorer tries from each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Alphabet {
+    /// The full product: writes at every start in `[0, G+1]`, every length
+    /// in `[0, C+1]`, with every head option (all heads, each valid range,
+    /// one invalid range) and every recent window (none, 0, 1, C, −1).
+    #[default]
+    Full,
+    /// The full product without head ranges and recent windows, which are
+    /// only tried on appends (`start = G`); reaches deeper in the same time.
+    Small,
+}
+
+impl Alphabet {
+    /// Parses `full` or `small`.
+    pub fn parse(text: &str) -> Result<Alphabet, String> {
+        match text {
+            "full" => Ok(Alphabet::Full),
+            "small" => Ok(Alphabet::Small),
+            _ => Err(format!("unknown alphabet {text:?}: expected full or small")),
+        }
+    }
+
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Alphabet::Full => "full",
+            Alphabet::Small => "small",
+        }
+    }
+
+    /// The ops to try from `model`'s state, in a fixed order (so BFS, and
+    /// therefore the counterexample it reports, is deterministic).
+    ///
+    /// - writes: starts `0..=G+1`, lengths `0..=C+1`, head options and
+    ///   recent windows as the variant says; plus `write -1+1`
+    ///   (`invalid_argument`);
+    /// - rewinds to `0..=G+1`;
+    /// - evicts of `0..=evictable+1`;
+    /// - pins of `0..=G+1`;
+    /// - reset.
+    pub fn ops(self, model: &Model) -> Vec<Op> {
+        let config = model.config();
+        let g = model.global_end() as i64;
+        let c = model.capacity() as i64;
+        let heads = head_options(config);
+        let windows = [None, Some(0), Some(1), Some(c), Some(-1)];
+        let mut ops = Vec::new();
+        for start in 0..=g + 1 {
+            for len in 0..=c + 1 {
+                let rich = match self {
+                    Alphabet::Full => true,
+                    Alphabet::Small => start == g && len >= 1,
+                };
+                if rich {
+                    for &h in &heads {
+                        for &r in &windows {
+                            ops.push(write(start, len, h, r));
+                        }
+                    }
+                } else {
+                    ops.push(write(start, len, None, None));
+                }
+            }
+        }
+        ops.push(write(-1, 1, None, None));
+        ops.extend((0..=g + 1).map(|to| Op::Rewind { to }));
+        let evictable = model.evictable().len() as i64;
+        ops.extend((0..=evictable + 1).map(|tokens| Op::Evict { tokens }));
+        ops.extend((0..=g + 1).map(|tokens| Op::Pin { tokens }));
+        ops.push(Op::Reset);
+        ops
+    }
+}
+
+impl std::str::FromStr for Alphabet {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Alphabet, String> {
+        Alphabet::parse(text)
+    }
+}
+
+fn write(start: i64, len: i64, heads: Option<[i64; 2]>, recent_window: Option<i64>) -> Op {
+    Op::Write(Write {
+        start,
+        len,
+        heads,
+        recent_window,
+    })
+}
+
+/// All heads, every valid `[first, count]`, and one invalid range.
+fn head_options(config: &Config) -> Vec<Option<[i64; 2]>> {
+    let h = config.heads as i64;
+    let mut options = vec![None];
+    for first in 0..h {
+        for count in 1..=h - first {
+            options.push(Some([first, count]));
+        }
+    }
+    options.push(Some([0, h + 1]));
+    options
+}
