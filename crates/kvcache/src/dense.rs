@@ -154,7 +154,7 @@ impl DenseCache {
     /// ascending and disjoint.
     fn protected_ranges(&self) -> Vec<Range<u64>> {
         match &self.pin {
-            None => vec![0..self.config.sink as u64],
+            None => std::iter::once(0..self.config.sink as u64).collect(),
             Some(pin) => normalize(vec![0..self.config.global_sink as u64, pin.clone()]),
         }
     }
