@@ -105,7 +105,9 @@ impl DenseCache {
     /// A new, empty cache with zeroed `[B, C, H, D]` K and V buffers on
     /// `device`. Refuses a configuration that breaks SPEC.md §1 with
     /// `invalid_config` (as `kvmodel::Model::new` does), and a packed one
-    /// with `invalid_config` naming `variant`.
+    /// with `invalid_config` naming `variant`. The size rule bounds the
+    /// allocation (at most 2^31 elements per buffer), but that much memory
+    /// must still be available: candle aborts on a failed CPU allocation.
     pub fn new(config: &Config, device: &Device) -> Result<DenseCache> {
         config.validate()?;
         if config.variant != kvmodel::Variant::Dense {
@@ -154,7 +156,7 @@ impl DenseCache {
     /// ascending and disjoint.
     fn protected_ranges(&self) -> Vec<Range<u64>> {
         match &self.pin {
-            None => vec![0..self.config.sink as u64],
+            None => std::iter::once(0..self.config.sink as u64).collect(),
             Some(pin) => normalize(vec![0..self.config.global_sink as u64, pin.clone()]),
         }
     }
