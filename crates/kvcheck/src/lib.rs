@@ -27,6 +27,7 @@
 pub mod coverage;
 pub mod divergence;
 pub mod lockstep;
+pub mod minimize;
 pub mod payload;
 pub mod replay;
 pub mod subject;

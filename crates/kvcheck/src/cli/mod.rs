@@ -1,7 +1,9 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
 mod expect;
+mod minimize;
 mod replay;
+mod save;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +45,16 @@ enum Command {
         after_help = "Examples:\n  kvcheck expect hand-written.kvtrace.json > tests/regressions/case.kvtrace.json\n  kvcheck expect trace.kvtrace.json -o trace.kvtrace.json"
     )]
     Expect(expect::Args),
+    /// Shrink a failing trace while keeping the same failure (kvtrace/1 JSON out).
+    #[command(
+        after_help = "Examples:\n  kvcheck minimize failure.kvtrace.json -o small.kvtrace.json\n  kvcheck minimize long.kvtrace.json --subject fault:stale-rewrite --max-tests 500\n\nThe failure kept is the same divergence kind on the same op kind. Sizes, passes and the\ntest count go to standard error; the trace to standard output or -o.\nExit status: 1 minimized (the result still fails), 2 unreadable input or a trace that does not fail."
+    )]
+    Minimize(minimize::Args),
+    /// Store a trace in the regression corpus (minimized if it fails, expect from the model).
+    #[command(
+        after_help = "Examples:\n  kvcheck save target/kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
+    )]
+    Save(save::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -50,6 +62,8 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
+        Command::Minimize(args) => minimize::run(args),
+        Command::Save(args) => save::run(args),
     }
 }
 
