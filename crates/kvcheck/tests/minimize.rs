@@ -26,7 +26,7 @@ fn long_trace(seed: u64) -> Trace {
     let (mut g, mut last) = (0i64, (0i64, 0i64));
     let mut ops = Vec::new();
     while ops.len() < 40 {
-        let op = match next(10) {
+        let op = match next(11) {
             0..=4 => {
                 let len = 1 + next(4) as i64;
                 last = (g, len);
@@ -38,6 +38,12 @@ fn long_trace(seed: u64) -> Trace {
                 ..Write::new(last.0, last.1)
             }),
             7 => Op::Evict { tokens: 1 },
+            10 if last.1 > 0 => {
+                // A chunk that grows while it is denoised: overlaps G.
+                last.1 += 1;
+                g += 1;
+                Op::Write(Write::new(last.0, last.1))
+            }
             8 => Op::Pin {
                 tokens: next(4) as i64,
             },
