@@ -193,8 +193,7 @@ pub enum MinimizeError {
 pub fn run_subject(config: &Config, ops: &[Op], subject: SubjectSpec) -> Option<Box<Divergence>> {
     let device = Device::Cpu;
     let cache = subject.open(config, &device).ok()?;
-    let mut lockstep =
-        Lockstep::with_cache(config, cache, &subject.name(config), &device).ok()?;
+    let mut lockstep = Lockstep::with_cache(config, cache, &subject.name(config), &device).ok()?;
     lockstep.run(ops).err()
 }
 
@@ -490,10 +489,14 @@ fn simpler_ops(op: &Op) -> Vec<Op> {
             }
         }
         Op::Rewind { to } => out.extend(smaller(to).into_iter().map(|to| Op::Rewind { to })),
-        Op::Evict { tokens } => {
-            out.extend(smaller(tokens).into_iter().map(|tokens| Op::Evict { tokens }))
+        Op::Evict { tokens } => out.extend(
+            smaller(tokens)
+                .into_iter()
+                .map(|tokens| Op::Evict { tokens }),
+        ),
+        Op::Pin { tokens } => {
+            out.extend(smaller(tokens).into_iter().map(|tokens| Op::Pin { tokens }))
         }
-        Op::Pin { tokens } => out.extend(smaller(tokens).into_iter().map(|tokens| Op::Pin { tokens })),
         Op::Reset => {}
     }
     out

@@ -16,7 +16,9 @@ fn long_trace(seed: u64) -> Trace {
     config.head_dim = 4;
     config.batch = 2;
     config.dtype = Dtype::F16;
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut next = |n: u64| {
         state = state
             .wrapping_mul(6364136223846793005)
@@ -187,7 +189,12 @@ fn cli_minimize_refuses_bad_input_with_status_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.kvtrace.json"));
     let passing = dir.join("ok.kvtrace.json");
     long_trace(3).save(&passing).unwrap();
-    let out = kvcheck(&["minimize", passing.to_str().unwrap(), "--subject", "reference"]);
+    let out = kvcheck(&[
+        "minimize",
+        passing.to_str().unwrap(),
+        "--subject",
+        "reference",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not fail"));
     std::fs::remove_dir_all(&dir).unwrap();

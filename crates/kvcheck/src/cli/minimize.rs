@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::minimize::{minimize, Minimized, max_tests_default};
+use kvcheck::minimize::{max_tests_default, minimize, Minimized};
 use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::Trace;
 
@@ -32,7 +32,11 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_INPUT);
         }
     };
-    let minimized = match minimize(&trace, args.subject, args.max_tests.unwrap_or_else(max_tests_default)) {
+    let minimized = match minimize(
+        &trace,
+        args.subject,
+        args.max_tests.unwrap_or_else(max_tests_default),
+    ) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::minimize::{minimize, MinimizeError, max_tests_default};
+use kvcheck::minimize::{max_tests_default, minimize, MinimizeError};
 use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::{Trace, EXTENSION};
 
@@ -52,14 +52,21 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_INPUT);
         }
     };
-    let stored = match minimize(&trace, args.subject, args.max_tests.unwrap_or_else(max_tests_default)) {
+    let stored = match minimize(
+        &trace,
+        args.subject,
+        args.max_tests.unwrap_or_else(max_tests_default),
+    ) {
         Ok(m) => {
             print_summary(&m, &mut std::io::stdout());
             m.trace
         }
         // A passing trace is stored as it is: it pins today's behaviour.
         Err(MinimizeError::DoesNotFail { .. }) => {
-            println!("the trace passes on {}; stored as it is", args.subject.name(&trace.config));
+            println!(
+                "the trace passes on {}; stored as it is",
+                args.subject.name(&trace.config)
+            );
             trace.with_model_expect()
         }
         Err(e) => {
