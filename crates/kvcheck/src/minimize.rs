@@ -515,6 +515,9 @@ fn shift_down(op: &Op) -> Op {
     }
 }
 
+/// Accessor of one numeric config field.
+type FieldOf = fn(&mut Config) -> &mut usize;
+
 /// Simpler variants of `config`, one field changed each; invalid ones are
 /// filtered out by the caller through [`Config::validate`].
 fn simpler_configs(c: &Config) -> Vec<Config> {
@@ -553,7 +556,7 @@ fn simpler_configs(c: &Config) -> Vec<Config> {
             });
         }
     }
-    let fields: [(fn(&mut Config) -> &mut usize, usize); 6] = [
+    let fields: [(FieldOf, usize); 6] = [
         (|n| &mut n.batch, 1),
         (|n| &mut n.head_dim, 1),
         (|n| &mut n.heads, 1),

@@ -253,6 +253,8 @@ mod tests {
                 batch: 1,
                 head: 2,
             };
+            // Spelled out as ((batch · len + position) · heads + head) · D.
+            #[allow(clippy::identity_op)]
             let offset = ((1 * 2 + 1) * 2 + 1) * 5;
             assert_eq!(
                 &values[offset..offset + 5],
