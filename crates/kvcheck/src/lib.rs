@@ -26,6 +26,7 @@
 
 pub mod coverage;
 pub mod divergence;
+pub mod explain;
 pub mod lockstep;
 pub mod minimize;
 pub mod payload;

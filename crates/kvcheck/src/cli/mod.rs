@@ -1,6 +1,7 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
 mod expect;
+mod explain;
 mod minimize;
 mod replay;
 mod save;
@@ -55,6 +56,11 @@ enum Command {
         after_help = "Examples:\n  kvcheck save target/kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
     )]
     Save(save::Args),
+    /// Walk through a trace step by step: resident strip, view, slot layout, the divergence.
+    #[command(
+        after_help = "Examples:\n  kvcheck explain small.kvtrace.json --subject fault:stale-rewrite\n\nExit status: 0 no divergence, 1 a divergence, 2 unreadable input."
+    )]
+    Explain(explain::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -64,6 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Expect(args) => expect::run(args),
         Command::Minimize(args) => minimize::run(args),
         Command::Save(args) => save::run(args),
+        Command::Explain(args) => explain::run(args),
     }
 }
 
