@@ -129,8 +129,8 @@ pub fn explain(
                 if !d.rows.is_empty() {
                     let _ = writeln!(
                         out,
-                        "  {:<52} | {}",
-                        "expected row (position, writer)", "actual row"
+                        "  {:<52} | actual row",
+                        "expected row (position, writer)"
                     );
                     for r in &d.rows {
                         let _ = writeln!(
