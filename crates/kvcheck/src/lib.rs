@@ -28,9 +28,11 @@
 
 pub mod coverage;
 pub mod divergence;
+pub mod explain;
 pub mod explore;
 pub mod lockstep;
 pub mod machine;
+pub mod minimize;
 pub mod payload;
 pub mod replay;
 pub mod strategy;

@@ -4,6 +4,9 @@ mod expect;
 mod explore;
 mod replay;
 mod run;
+mod explain;
+mod minimize;
+mod save;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +58,15 @@ enum Command {
         after_help = "Examples:\n  kvcheck explore --depth 4 --capacity 4 --sink 1\n  kvcheck explore --depth 3 --config case.kvtrace.json --subject reference\n  kvcheck explore --grid --depth 3 --small-alphabet --max-capacity 3\n  kvcheck explore --depth 2 --subject fault:stale-rewrite\n\nExit status: 0 no discovery and every sometimes-event reached, 1 a divergence or a missing event, 2 bad input."
     )]
     Explore(explore::Args),
+    /// Shrink a failing trace while keeping the same failure (kvtrace/1 JSON out).
+        after_help = "Examples:\n  kvcheck minimize failure.kvtrace.json -o small.kvtrace.json\n  kvcheck minimize long.kvtrace.json --subject fault:stale-rewrite --max-tests 500\n\nThe failure kept is the same divergence kind on the same op kind. Sizes, passes and the\ntest count go to standard error; the trace to standard output or -o.\nExit status: 1 minimized (the result still fails), 2 unreadable input or a trace that does not fail."
+    Minimize(minimize::Args),
+    /// Store a trace in the regression corpus (minimized if it fails, expect from the model).
+        after_help = "Examples:\n  kvcheck save target/kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
+    Save(save::Args),
+    /// Walk through a trace step by step: resident strip, view, slot layout, the divergence.
+        after_help = "Examples:\n  kvcheck explain small.kvtrace.json --subject fault:stale-rewrite\n\nExit status: 0 no divergence, 1 a divergence, 2 unreadable input."
+    Explain(explain::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -64,6 +76,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
         Command::Explore(args) => explore::run(args),
+        Command::Minimize(args) => minimize::run(args),
+        Command::Save(args) => save::run(args),
+        Command::Explain(args) => explain::run(args),
     }
 }
 

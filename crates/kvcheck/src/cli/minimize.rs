@@ -1,0 +1,89 @@
+//! `kvcheck minimize`: shrink a failing trace, keeping the same failure.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kvcheck::minimize::{max_tests_default, minimize, Minimized};
+use kvcheck::subject::SubjectSpec;
+use kvcheck::trace::Trace;
+
+use super::{EXIT_INPUT, EXIT_MISMATCH};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The failing trace.
+    file: PathBuf,
+    /// Write the minimized trace here instead of standard output.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// What to check against the model: `cache`, `reference` or `fault:NAME`.
+    #[arg(long, default_value = "cache")]
+    subject: SubjectSpec,
+    /// Most lockstep runs to spend [default: $KVCHECK_MAX_TESTS, else 2000].
+    #[arg(long)]
+    max_tests: Option<usize>,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let trace = match Trace::load(&args.file) {
+        Ok(trace) => trace,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    let minimized = match minimize(
+        &trace,
+        args.subject,
+        args.max_tests.unwrap_or_else(max_tests_default),
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    print_summary(&minimized, &mut std::io::stderr());
+    match &args.output {
+        None => print!("{}", minimized.trace.to_json()),
+        Some(path) => {
+            if let Err(e) = minimized.trace.save(path) {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_INPUT);
+            }
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    // The minimized trace still fails: that is the point, but a script that
+    // pipes it on should know, so the status says "divergence".
+    ExitCode::from(EXIT_MISMATCH)
+}
+
+/// The before/after sizes, the passes and the kept failure, for people.
+pub fn print_summary(m: &Minimized, out: &mut dyn std::io::Write) {
+    // Writing to a closed stderr is not worth failing over.
+    let _ = (|| -> std::io::Result<()> {
+        writeln!(out, "before: {}", m.before)?;
+        writeln!(out, "after:  {}", m.after)?;
+        writeln!(
+            out,
+            "kept:   {} at step {} ({})",
+            m.divergence.kind, m.divergence.step, m.divergence.op
+        )?;
+        writeln!(
+            out,
+            "tests:  {}{}",
+            m.tests_run,
+            if m.one_minimal {
+                " (1-minimal: removing any single op loses the failure)"
+            } else {
+                " (budget spent before the 1-minimal check finished)"
+            }
+        )?;
+        writeln!(out, "passes:")?;
+        for pass in &m.passes {
+            writeln!(out, "  {pass}")?;
+        }
+        Ok(())
+    })();
+}

@@ -1,0 +1,589 @@
+//! Structured minimization of a failing trace.
+//!
+//! A trace *fails* when its subject, driven in lockstep with the model,
+//! diverges. [`minimize`] shrinks such a trace while keeping **the same
+//! failure**: the same [`DivergenceKind`] on the same kind of op
+//! ([`Op::name`]). It runs three families of passes until none of them makes
+//! progress (or the test budget is spent):
+//!
+//! 1. **ops** — delta debugging over the op list: remove chunks of ops
+//!    (halves, quarters, …), then single ops. Every accepted candidate is
+//!    also cut after its own divergence step, since later ops never matter.
+//! 2. **arguments** — per op, smaller lengths, starts, rewind targets and
+//!    counts; drop head ranges and recent windows; and renumber positions
+//!    downward (shift every op from some point on by −1).
+//! 3. **config** — smaller capacity, sink, window, heads, head_dim, batch,
+//!    global sink; dtype → f32; growth off; simpler packed policy. Every
+//!    candidate config passes [`Config::validate`] before it is tried.
+//!
+//! The result is **1-minimal** whenever the budget was not exhausted: a final
+//! single-op pass proves that removing any one op loses the failure
+//! ([`Minimized::one_minimal`]).
+//!
+//! Why a structured reducer rather than proptest's shrinking: a saved trace
+//! may come from anywhere (a fuzz target, the explorer, a hand-written repro),
+//! and its ops are not independent: removing a write shifts every later
+//! position's meaning. Passes that know what an op *is* (a length can shrink,
+//! a head range can go) find much smaller traces than byte-level shrinking.
+
+use std::fmt;
+
+use candle_core::Device;
+use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant, Variant, Write};
+
+use crate::divergence::{Divergence, DivergenceKind};
+use crate::lockstep::Lockstep;
+use crate::subject::SubjectSpec;
+use crate::trace::Trace;
+
+/// Default test budget of [`minimize`] (`--max-tests`); the environment
+/// variable `KVCHECK_MAX_TESTS` overrides it (see [`max_tests_default`]).
+pub const DEFAULT_MAX_TESTS: usize = 2000;
+
+/// The test budget when none is given: `KVCHECK_MAX_TESTS` if it parses,
+/// else [`DEFAULT_MAX_TESTS`].
+pub fn max_tests_default() -> usize {
+    std::env::var("KVCHECK_MAX_TESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_TESTS)
+}
+
+/// What "the same failure" means: the divergence kind and the op kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Signature {
+    /// What disagreed.
+    pub kind: DivergenceKind,
+    /// The name of the op at the divergence (`write`, `rewind`, …).
+    pub op: &'static str,
+}
+
+impl Signature {
+    /// The signature of a divergence.
+    pub fn of(divergence: &Divergence) -> Signature {
+        Signature {
+            kind: divergence.kind,
+            op: divergence.op.name(),
+        }
+    }
+}
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} divergence on a {}", self.kind, self.op)
+    }
+}
+
+/// The size the minimizer drives down: ops first, then how big their
+/// arguments and the config are. Reported before and after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Size {
+    /// Number of ops.
+    pub ops: usize,
+    /// Sum of the magnitudes of every op argument and config field that
+    /// the passes shrink; a rough "how much is going on" number.
+    pub weight: u64,
+}
+
+impl Size {
+    /// The size of `config` and `ops`.
+    pub fn of(config: &Config, ops: &[Op]) -> Size {
+        let arg = |x: i64| x.unsigned_abs();
+        let ops_weight: u64 = ops
+            .iter()
+            .map(|op| match op {
+                Op::Write(w) => {
+                    arg(w.start)
+                        + arg(w.len)
+                        + w.heads.map_or(0, |[a, b]| 1 + arg(a) + arg(b))
+                        + w.recent_window.map_or(0, |r| 1 + arg(r))
+                }
+                Op::Rewind { to } => arg(*to),
+                Op::Evict { tokens } | Op::Pin { tokens } => arg(*tokens),
+                Op::Reset => 0,
+            })
+            .sum();
+        let c = config;
+        let config_weight = (c.capacity
+            + c.sink
+            + c.window.map_or(0, |w| w + 1)
+            + c.global_sink
+            + c.heads
+            + c.head_dim
+            + c.batch) as u64
+            + u64::from(c.growth)
+            + u64::from(c.dtype != Dtype::F32);
+        Size {
+            ops: ops.len(),
+            weight: ops_weight + config_weight,
+        }
+    }
+}
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ops, weight {}", self.ops, self.weight)
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassReport {
+    /// `ops`, `arguments`, `config` or `one-minimal check`.
+    pub name: &'static str,
+    /// Candidates tried.
+    pub tests: usize,
+    /// Candidates that kept the failure and were taken.
+    pub accepted: usize,
+    /// Size after the pass.
+    pub size: Size,
+}
+
+impl fmt::Display for PassReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<18} {:>4} tests, {:>3} taken → {}",
+            self.name, self.tests, self.accepted, self.size
+        )
+    }
+}
+
+/// The result of [`minimize`].
+#[derive(Debug)]
+pub struct Minimized {
+    /// The minimized trace, `expect` filled by the model and a note saying
+    /// where it came from.
+    pub trace: Trace,
+    /// The divergence the minimized trace produces (same [`Signature`]).
+    pub divergence: Box<Divergence>,
+    /// The size of the input.
+    pub before: Size,
+    /// The size of the result.
+    pub after: Size,
+    /// Lockstep runs spent.
+    pub tests_run: usize,
+    /// The passes taken, in order.
+    pub passes: Vec<PassReport>,
+    /// Whether the final check proved that removing any single op loses the
+    /// failure (false only when the budget ran out first).
+    pub one_minimal: bool,
+}
+
+/// Why a trace could not be minimized.
+#[derive(Debug, thiserror::Error)]
+pub enum MinimizeError {
+    /// The subject matches the model on the whole trace: nothing to keep.
+    #[error("the trace does not fail: {subject} matches the model on all {ops} ops, so there is no failure to minimize")]
+    DoesNotFail {
+        /// The subject's name.
+        subject: String,
+        /// Number of ops replayed.
+        ops: usize,
+    },
+    /// The subject could not be built for the trace's config.
+    #[error("the subject cannot run this trace: {0}")]
+    Setup(String),
+}
+
+/// Runs `ops` on `config` with `subject` in lockstep with the model and
+/// returns its divergence, if any. A subject that refuses the config counts
+/// as "no divergence" so that config shrinking never trades the failure for
+/// a setup error.
+pub fn run_subject(config: &Config, ops: &[Op], subject: SubjectSpec) -> Option<Box<Divergence>> {
+    let device = Device::Cpu;
+    let cache = subject.open(config, &device).ok()?;
+    let mut lockstep = Lockstep::with_cache(config, cache, &subject.name(config), &device).ok()?;
+    lockstep.run(ops).err()
+}
+
+/// Shrinks the failing `trace` for `subject`, trying at most `max_tests`
+/// candidates. See the module docs for the passes and the guarantee.
+pub fn minimize(
+    trace: &Trace,
+    subject: SubjectSpec,
+    max_tests: usize,
+) -> Result<Minimized, MinimizeError> {
+    let device = Device::Cpu;
+    subject
+        .open(&trace.config, &device)
+        .map_err(|e| MinimizeError::Setup(e.to_string()))?;
+    let divergence = run_subject(&trace.config, &trace.ops, subject).ok_or_else(|| {
+        MinimizeError::DoesNotFail {
+            subject: subject.name(&trace.config),
+            ops: trace.ops.len(),
+        }
+    })?;
+    let before = Size::of(&trace.config, &trace.ops);
+    let mut state = Reducer {
+        subject,
+        signature: Signature::of(&divergence),
+        config: trace.config.clone(),
+        ops: trace.ops[..=divergence.step].to_vec(),
+        divergence,
+        tests: 1,
+        max_tests: max_tests.max(1),
+    };
+    let mut passes = Vec::new();
+    loop {
+        let start = state.size();
+        for (name, pass) in [
+            ("ops", Reducer::ops_pass as fn(&mut Reducer) -> usize),
+            ("arguments", Reducer::arguments_pass),
+            ("config", Reducer::config_pass),
+        ] {
+            let tests = state.tests;
+            let accepted = pass(&mut state);
+            passes.push(PassReport {
+                name,
+                tests: state.tests - tests,
+                accepted,
+                size: state.size(),
+            });
+        }
+        if state.size() >= start || state.exhausted() {
+            break;
+        }
+    }
+    let tests = state.tests;
+    let one_minimal = state.one_minimal();
+    passes.push(PassReport {
+        name: "one-minimal check",
+        tests: state.tests - tests,
+        accepted: 0,
+        size: state.size(),
+    });
+    let after = state.size();
+    let mut trace_out = Trace::new(state.config.clone(), state.ops.clone()).with_model_expect();
+    let origin = trace
+        .note
+        .as_deref()
+        .map(|n| format!(" Original note: {n}"))
+        .unwrap_or_default();
+    trace_out.note = Some(format!(
+        "Minimized by kvcheck minimize from {before} to {after}: {} at step {} ({}) on {}; expected {}, actual {}.{origin}",
+        state.signature,
+        state.divergence.step,
+        state.divergence.op,
+        state.divergence.subject,
+        state.divergence.expected,
+        state.divergence.actual,
+    ));
+    Ok(Minimized {
+        trace: trace_out,
+        divergence: state.divergence,
+        before,
+        after,
+        tests_run: state.tests,
+        passes,
+        one_minimal,
+    })
+}
+
+/// The minimizer's working state: the smallest failing trace so far.
+struct Reducer {
+    subject: SubjectSpec,
+    signature: Signature,
+    config: Config,
+    ops: Vec<Op>,
+    divergence: Box<Divergence>,
+    tests: usize,
+    max_tests: usize,
+}
+
+impl Reducer {
+    fn size(&self) -> Size {
+        Size::of(&self.config, &self.ops)
+    }
+
+    fn exhausted(&self) -> bool {
+        self.tests >= self.max_tests
+    }
+
+    /// Runs a candidate; if it fails the same way and is no bigger, it
+    /// becomes the current trace (cut after its divergence step).
+    fn try_candidate(&mut self, config: &Config, ops: &[Op]) -> bool {
+        if self.exhausted() || config.validate().is_err() || ops.is_empty() {
+            return false;
+        }
+        self.tests += 1;
+        let Some(d) = run_subject(config, ops, self.subject) else {
+            return false;
+        };
+        if Signature::of(&d) != self.signature {
+            return false;
+        }
+        let ops = ops[..=d.step].to_vec();
+        if Size::of(config, &ops) > self.size() {
+            return false;
+        }
+        self.config = config.clone();
+        self.ops = ops;
+        self.divergence = d;
+        true
+    }
+
+    /// Delta debugging over the op list: remove chunks of decreasing size.
+    fn ops_pass(&mut self) -> usize {
+        let mut accepted = 0;
+        let mut chunk = (self.ops.len() / 2).max(1);
+        loop {
+            let mut start = 0;
+            while start < self.ops.len() && !self.exhausted() {
+                let end = (start + chunk).min(self.ops.len());
+                let mut candidate = self.ops.clone();
+                candidate.drain(start..end);
+                let config = self.config.clone();
+                if self.try_candidate(&config, &candidate) {
+                    accepted += 1;
+                } else {
+                    start += chunk;
+                }
+            }
+            if chunk == 1 || self.exhausted() {
+                return accepted;
+            }
+            chunk = (chunk / 2).max(1);
+        }
+    }
+
+    /// Smaller arguments, one op at a time, then positions renumbered down.
+    fn arguments_pass(&mut self) -> usize {
+        let mut accepted = 0;
+        let mut i = 0;
+        while i < self.ops.len() && !self.exhausted() {
+            let mut progress = true;
+            while progress && i < self.ops.len() {
+                progress = false;
+                for op in simpler_ops(&self.ops[i]) {
+                    let mut candidate = self.ops.clone();
+                    candidate[i] = op;
+                    let config = self.config.clone();
+                    if self.try_candidate(&config, &candidate) {
+                        accepted += 1;
+                        progress = true;
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        // Renumber positions downward: shift every op from `from` on by -1,
+        // which removes one position from the middle of the stream.
+        let mut from = 0;
+        while from < self.ops.len() && !self.exhausted() {
+            let shifted: Vec<Op> = self
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(j, op)| if j >= from { shift_down(op) } else { *op })
+                .collect();
+            let config = self.config.clone();
+            if shifted != self.ops && self.try_candidate(&config, &shifted) {
+                accepted += 1;
+            } else {
+                from += 1;
+            }
+        }
+        accepted
+    }
+
+    /// Smaller configs, one field at a time, until none is taken.
+    fn config_pass(&mut self) -> usize {
+        let mut accepted = 0;
+        let mut progress = true;
+        while progress && !self.exhausted() {
+            progress = false;
+            for config in simpler_configs(&self.config) {
+                let ops = self.ops.clone();
+                if self.try_candidate(&config, &ops) {
+                    accepted += 1;
+                    progress = true;
+                    break;
+                }
+            }
+        }
+        accepted
+    }
+
+    /// Proves that removing any single op loses the failure; removes ops
+    /// whose removal keeps it (so the result is 1-minimal) until the budget
+    /// runs out.
+    fn one_minimal(&mut self) -> bool {
+        let mut i = 0;
+        while i < self.ops.len() {
+            if self.exhausted() {
+                return false;
+            }
+            let mut candidate = self.ops.clone();
+            candidate.remove(i);
+            let config = self.config.clone();
+            if !self.try_candidate(&config, &candidate) {
+                i += 1;
+            } else {
+                i = 0;
+            }
+        }
+        true
+    }
+}
+
+/// Smaller values of `x` to try, best first: 0, half, x − 1.
+fn smaller(x: i64) -> Vec<i64> {
+    let mut out = Vec::new();
+    if x > 0 {
+        for y in [0, x / 2, x - 1] {
+            if y < x && !out.contains(&y) {
+                out.push(y);
+            }
+        }
+    } else if x < 0 {
+        // A negative argument usually is the point (invalid_argument); try
+        // the smallest negative number instead of dropping the sign.
+        if x != -1 {
+            out.push(-1);
+        }
+    }
+    out
+}
+
+/// Simpler variants of one op, most aggressive first.
+fn simpler_ops(op: &Op) -> Vec<Op> {
+    let mut out = Vec::new();
+    match *op {
+        Op::Write(w) => {
+            if w.heads.is_some() {
+                out.push(Op::Write(Write { heads: None, ..w }));
+            }
+            if let Some(r) = w.recent_window {
+                out.push(Op::Write(Write {
+                    recent_window: None,
+                    ..w
+                }));
+                for r in smaller(r) {
+                    out.push(Op::Write(Write {
+                        recent_window: Some(r),
+                        ..w
+                    }));
+                }
+            }
+            if let Some([first, count]) = w.heads {
+                for first in smaller(first) {
+                    out.push(Op::Write(Write {
+                        heads: Some([first, count]),
+                        ..w
+                    }));
+                }
+                for count in smaller(count) {
+                    out.push(Op::Write(Write {
+                        heads: Some([first, count]),
+                        ..w
+                    }));
+                }
+            }
+            for len in smaller(w.len) {
+                out.push(Op::Write(Write { len, ..w }));
+            }
+            for start in smaller(w.start) {
+                out.push(Op::Write(Write { start, ..w }));
+            }
+        }
+        Op::Rewind { to } => out.extend(smaller(to).into_iter().map(|to| Op::Rewind { to })),
+        Op::Evict { tokens } => out.extend(
+            smaller(tokens)
+                .into_iter()
+                .map(|tokens| Op::Evict { tokens }),
+        ),
+        Op::Pin { tokens } => {
+            out.extend(smaller(tokens).into_iter().map(|tokens| Op::Pin { tokens }))
+        }
+        Op::Reset => {}
+    }
+    out
+}
+
+/// `op` with every position it names moved one down (never below 0).
+fn shift_down(op: &Op) -> Op {
+    let down = |x: i64| if x > 0 { x - 1 } else { x };
+    match *op {
+        Op::Write(w) => Op::Write(Write {
+            start: down(w.start),
+            ..w
+        }),
+        Op::Rewind { to } => Op::Rewind { to: down(to) },
+        other => other,
+    }
+}
+
+/// Accessor of one numeric config field.
+type FieldOf = fn(&mut Config) -> &mut usize;
+
+/// Simpler variants of `config`, one field changed each; invalid ones are
+/// filtered out by the caller through [`Config::validate`].
+fn simpler_configs(c: &Config) -> Vec<Config> {
+    let mut out = Vec::new();
+    let mut push = |f: &dyn Fn(&mut Config)| {
+        let mut next = c.clone();
+        f(&mut next);
+        if next != *c && next.validate().is_ok() {
+            out.push(next);
+        }
+    };
+    push(&|n| n.dtype = Dtype::F32);
+    push(&|n| n.growth = false);
+    push(&|n| n.window = None);
+    push(&|n| n.seed = 0);
+    if c.variant == Variant::Packed {
+        let p = c.packed_policy();
+        push(&|n| {
+            n.packed = Some(PackedPolicy {
+                quant: Quant::None,
+                ..p
+            })
+        });
+        push(&|n| {
+            n.packed = Some(PackedPolicy {
+                pack_sink: false,
+                ..p
+            })
+        });
+        for keep in smaller(p.keep_recent_chunks as i64) {
+            push(&|n| {
+                n.packed = Some(PackedPolicy {
+                    keep_recent_chunks: keep as usize,
+                    ..p
+                })
+            });
+        }
+    }
+    let fields: [(FieldOf, usize); 6] = [
+        (|n| &mut n.batch, 1),
+        (|n| &mut n.head_dim, 1),
+        (|n| &mut n.heads, 1),
+        (|n| &mut n.global_sink, 0),
+        (|n| &mut n.sink, 0),
+        (|n| &mut n.capacity, 1),
+    ];
+    for (field, floor) in fields {
+        let mut probe = c.clone();
+        let value = *field(&mut probe);
+        for v in smaller(value as i64) {
+            let v = (v as usize).max(floor);
+            push(&|n| {
+                *field(n) = v;
+                // Keep the window and sinks inside a smaller capacity.
+                if let Some(w) = n.window {
+                    if w > n.capacity {
+                        n.window = Some(n.capacity);
+                    }
+                }
+            });
+        }
+    }
+    if let Some(w) = c.window {
+        for v in smaller(w as i64) {
+            push(&|n| n.window = Some(v as usize));
+        }
+    }
+    out
+}

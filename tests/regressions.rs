@@ -1,0 +1,31 @@
+//! The regression corpus: every `tests/regressions/*.kvtrace.json` replays
+//! through the model (checking `expect`) and the shipped cache in lockstep.
+//! Add a case with `kvcheck save FILE --name NAME`.
+
+use std::path::PathBuf;
+
+use kvcheck::replay::replay;
+use kvcheck::subject::SubjectSpec;
+use kvcheck::trace::{collect_trace_files, Trace};
+
+#[test]
+fn regression_corpus_replays_clean() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let files = collect_trace_files(std::slice::from_ref(&dir)).expect("the corpus is readable");
+    assert!(files.len() >= 13, "one trace per SPEC.md §8 row at least");
+    let mut failures = Vec::new();
+    for path in &files {
+        let trace = Trace::load(path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(trace.expect.is_some(), "{}: no expect", path.display());
+        assert!(trace.note.is_some(), "{}: no note", path.display());
+        let report = replay(&trace, Some(path), Some(SubjectSpec::Cache), None);
+        if !report.passed() {
+            failures.push(format!(
+                "{}:\n{}",
+                path.display(),
+                report.failure().unwrap_or_default()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
