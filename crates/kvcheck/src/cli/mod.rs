@@ -1,11 +1,11 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
 mod expect;
+mod explain;
 mod explore;
+mod minimize;
 mod replay;
 mod run;
-mod explain;
-mod minimize;
 mod save;
 
 use std::path::PathBuf;
@@ -59,13 +59,19 @@ enum Command {
     )]
     Explore(explore::Args),
     /// Shrink a failing trace while keeping the same failure (kvtrace/1 JSON out).
+    #[command(
         after_help = "Examples:\n  kvcheck minimize failure.kvtrace.json -o small.kvtrace.json\n  kvcheck minimize long.kvtrace.json --subject fault:stale-rewrite --max-tests 500\n\nThe failure kept is the same divergence kind on the same op kind. Sizes, passes and the\ntest count go to standard error; the trace to standard output or -o.\nExit status: 1 minimized (the result still fails), 2 unreadable input or a trace that does not fail."
+    )]
     Minimize(minimize::Args),
     /// Store a trace in the regression corpus (minimized if it fails, expect from the model).
+    #[command(
         after_help = "Examples:\n  kvcheck save target/kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
+    )]
     Save(save::Args),
     /// Walk through a trace step by step: resident strip, view, slot layout, the divergence.
+    #[command(
         after_help = "Examples:\n  kvcheck explain small.kvtrace.json --subject fault:stale-rewrite\n\nExit status: 0 no divergence, 1 a divergence, 2 unreadable input."
+    )]
     Explain(explain::Args),
 }
 
