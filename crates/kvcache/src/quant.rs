@@ -229,18 +229,6 @@ fn encode_row<T: Element>(row: &[T], quant: Quant, q: i32, out: &mut [u8]) {
     }
 }
 
-/// The code of value `i` of a row's bytes.
-fn decode(codes: &[u8], quant: Quant, i: usize) -> i8 {
-    match quant {
-        Quant::Int4 => {
-            let nibble = (codes[i / 2] >> (4 * (i % 2))) & 0x0F;
-            // Sign-extend the 4-bit two's complement.
-            ((nibble << 4) as i8) >> 4
-        }
-        _ => codes[i] as i8,
-    }
-}
-
 /// The contiguous values of a tensor as a slice of `T`.
 fn contiguous<'a, T>(values: &'a [T], layout: &Layout) -> candle_core::Result<&'a [T]> {
     match layout.contiguous_offsets() {
@@ -265,11 +253,7 @@ impl RowCodes {
         let dims = layout.dims();
         let head_dim = dims.last().copied().unwrap_or(0);
         let bytes = code_bytes(self.quant, head_dim);
-        let rows = if head_dim == 0 {
-            0
-        } else {
-            values.len() / head_dim
-        };
+        let rows = values.len().checked_div(head_dim).unwrap_or(0);
         let mut codes = vec![0u8; rows * bytes];
         if head_dim > 0 {
             for (row, out) in values
@@ -429,8 +413,23 @@ impl DequantizeInto {
         for [o, c, s] in RowWalk::new(row_dims, [out_layout, codes_layout, scales_layout]) {
             let scale = scales[s];
             let row_codes = &codes[c..c + bytes];
-            for (i, value) in out[o..o + self.head_dim].iter_mut().enumerate() {
-                *value = T::from_f32(decode(row_codes, self.quant, i) as f32 * scale);
+            let row_out = &mut out[o..o + self.head_dim];
+            // The quant is matched once per row, not per value, so that the
+            // inner loops are straight-line code.
+            match self.quant {
+                Quant::Int4 => {
+                    for (pair, &byte) in row_out.chunks_mut(2).zip(row_codes) {
+                        for (value, nibble) in pair.iter_mut().zip([byte << 4, byte & 0xF0]) {
+                            // Sign-extend the 4-bit two's complement.
+                            *value = T::from_f32(((nibble as i8) >> 4) as f32 * scale);
+                        }
+                    }
+                }
+                _ => {
+                    for (value, &code) in row_out.iter_mut().zip(row_codes) {
+                        *value = T::from_f32(code as i8 as f32 * scale);
+                    }
+                }
             }
         }
         Ok(())
