@@ -49,7 +49,7 @@ mod slots;
 use std::ops::Range;
 
 use candle_core::{DType, Device, Tensor};
-use kvmodel::{format_ranges, CacheError, Config, Write};
+use kvmodel::{format_ranges, non_negative, CacheError, Config, Write};
 
 use crate::{candle_dtype, check_payload, Error, KvCache, Layout, Result, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
@@ -146,10 +146,6 @@ impl DenseCache {
     /// The device the buffers live on.
     pub fn device(&self) -> &Device {
         &self.device
-    }
-
-    fn non_negative(field: &'static str, value: i64) -> Result<u64, CacheError> {
-        u64::try_from(value).map_err(|_| CacheError::InvalidArgument { field, value })
     }
 
     /// SPEC.md §2: the protected ranges (not yet intersected with `R`),
@@ -449,35 +445,14 @@ impl KvCache for DenseCache {
     /// dtype, device), then the commit: grow or evict-shift, zero the fresh
     /// rows of a head-range write, copy the payload block in place.
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
-        // 1. Negative start or length.
-        let s = Self::non_negative("start", request.start)?;
-        let n = Self::non_negative("len", request.len)?;
-        // 2. Negative recent window.
-        let recent = match request.recent_window {
-            Some(r) if r < 0 => return Err(CacheError::NegativeWindow { recent_window: r }.into()),
-            r => r.map(|r| r as u64),
-        };
-        // 3. Head range.
-        let heads = self.config.heads;
-        let head_range = match request.heads {
-            None => 0..heads,
-            Some([first, count]) => {
-                let fits = first >= 0
-                    && count >= 1
-                    && first
-                        .checked_add(count)
-                        .is_some_and(|last| last <= heads as i64);
-                if !fits {
-                    return Err(CacheError::HeadRange {
-                        first,
-                        count,
-                        heads,
-                    }
-                    .into());
-                }
-                first as usize..(first + count) as usize
-            }
-        };
+        // 1–3. Arguments (shared with the model: they read no state).
+        let checked = request.check_arguments(self.config.heads)?;
+        let (s, n, recent, head_range) = (
+            checked.start,
+            checked.len,
+            checked.recent_window,
+            checked.heads,
+        );
         // 4. does not apply to the dense variant. 5–8:
         let plan = self.plan_write(s, n, head_range, recent)?;
         // The plan fits the (possibly grown) capacity, so `n` fits a usize.
@@ -559,7 +534,7 @@ impl KvCache for DenseCache {
     }
 
     fn rewind(&mut self, to: i64) -> Result<u64> {
-        let to = Self::non_negative("to", to)?;
+        let to = non_negative("to", to)?;
         if to > self.global_end {
             return Err(CacheError::RewindAhead {
                 to,
@@ -576,7 +551,7 @@ impl KvCache for DenseCache {
     }
 
     fn evict(&mut self, tokens: i64) -> Result<u64> {
-        let k = Self::non_negative("tokens", tokens)?;
+        let k = non_negative("tokens", tokens)?;
         let victims = self
             .victims(k, 0..0)
             .map_err(|evictable| CacheError::EvictTooMany {
@@ -588,7 +563,7 @@ impl KvCache for DenseCache {
     }
 
     fn pin(&mut self, tokens: i64) -> Result<u64> {
-        let n = Self::non_negative("tokens", tokens)?;
+        let n = non_negative("tokens", tokens)?;
         if n == 0 {
             self.pin = None;
             return Ok(self.global_end);

@@ -23,7 +23,9 @@
 use std::ops::Range;
 
 use candle_core::{DType, Device, Tensor};
-use kvmodel::{format_ranges, CacheError, Config, PackedPolicy, Quant, Variant, Write};
+use kvmodel::{
+    format_ranges, non_negative, CacheError, Config, PackedPolicy, Quant, Variant, Write,
+};
 
 use crate::quant::{self, QuantizedTensor};
 use crate::{candle_dtype, check_payload, KvCache, Layout, Result, Slot, View};
@@ -119,10 +121,6 @@ pub struct PackedCache {
     chunks: Vec<Chunk>,
     /// Whether the last chunk is the current one (cleared by rewind, reset).
     has_current: bool,
-}
-
-fn non_negative(field: &'static str, value: i64) -> Result<u64, CacheError> {
-    u64::try_from(value).map_err(|_| CacheError::InvalidArgument { field, value })
 }
 
 /// Length of `a ∩ b`.
@@ -389,34 +387,10 @@ impl KvCache for PackedCache {
     }
 
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
-        // 1–3: arguments.
-        let s = non_negative("start", request.start)?;
-        let n = non_negative("len", request.len)?;
-        let end = s + n;
-        let recent_window = match request.recent_window {
-            Some(r) if r < 0 => return Err(CacheError::NegativeWindow { recent_window: r }.into()),
-            r => r.map(|r| r as u64),
-        };
-        let heads = self.config.heads;
-        let head_range = match request.heads {
-            None => 0..heads,
-            Some([first, count]) => {
-                let fits = first >= 0
-                    && count >= 1
-                    && first
-                        .checked_add(count)
-                        .is_some_and(|last| last <= heads as i64);
-                if !fits {
-                    return Err(CacheError::HeadRange {
-                        first,
-                        count,
-                        heads,
-                    }
-                    .into());
-                }
-                first as usize..(first + count) as usize
-            }
-        };
+        // 1–3: arguments (shared with the model: they read no state).
+        let checked = request.check_arguments(self.config.heads)?;
+        let (s, n, end) = (checked.start, checked.len, checked.end());
+        let (recent_window, head_range) = (checked.recent_window, checked.heads);
         // 4: only an append or a rewrite of exactly the current chunk.
         let g = self.global_end;
         let append = s == g && n >= 1;
@@ -494,7 +468,7 @@ impl KvCache for PackedCache {
         if rewrite {
             let chunk = self.chunks.last_mut().expect("a current chunk exists");
             let piece = &mut chunk.pieces[0];
-            if head_range.len() == heads {
+            if head_range.len() == self.config.heads {
                 piece.rows = Rows::Hot {
                     k: k.force_contiguous()?,
                     v: v.force_contiguous()?,

@@ -399,19 +399,9 @@ fn actual_global_end_differs(effect: &Effect, cache_end: u64) -> bool {
     effect.global_end != cache_end
 }
 
-/// The head range of a write, when it is valid.
+/// The head range of a write, when its arguments are valid.
 pub fn valid_heads(w: &Write, heads: usize) -> Option<Range<usize>> {
-    match w.heads {
-        None => Some(0..heads),
-        Some([first, count]) => {
-            let fits = first >= 0
-                && count >= 1
-                && first
-                    .checked_add(count)
-                    .is_some_and(|end| end <= heads as i64);
-            fits.then(|| first as usize..(first + count) as usize)
-        }
-    }
+    w.check_arguments(heads).ok().map(|checked| checked.heads)
 }
 
 type ViewFailure = (DivergenceKind, String, Vec<RowMismatch>);

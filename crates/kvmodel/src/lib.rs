@@ -34,5 +34,5 @@ pub mod quant;
 pub use config::{Config, Dtype, PackedPolicy, Quant, Variant, MAX_ELEMENTS};
 pub use error::{format_ranges, CacheError};
 pub use model::{Chunk, Model};
-pub use op::{Op, Write};
+pub use op::{non_negative, CheckedWrite, Op, Write};
 pub use outcome::{Effect, ErrorKind, Outcome};

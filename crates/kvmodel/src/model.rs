@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use crate::config::{Config, Quant, Variant};
 use crate::error::{format_ranges, CacheError};
-use crate::op::{Op, Write};
+use crate::op::{non_negative, Op, Write};
 use crate::outcome::Effect;
 
 /// One chunk of the packed variant (SPEC.md §6): the range of one append.
@@ -214,41 +214,13 @@ impl Model {
         self.config.variant == Variant::Packed
     }
 
-    fn non_negative(field: &'static str, value: i64) -> Result<u64, CacheError> {
-        u64::try_from(value).map_err(|_| CacheError::InvalidArgument { field, value })
-    }
-
     /// SPEC.md §3 `write`, checks 1–9 in order.
     pub fn write(&mut self, index: u64, w: &Write) -> Result<Effect, CacheError> {
-        // 1. Negative start or length.
-        let s = Self::non_negative("start", w.start)?;
-        let n = Self::non_negative("len", w.len)?;
-        let end = s + n;
-        // 2. Negative recent window.
-        let recent_window = match w.recent_window {
-            Some(r) if r < 0 => return Err(CacheError::NegativeWindow { recent_window: r }),
-            r => r.map(|r| r as u64),
-        };
-        // 3. Head range.
-        let heads = self.config.heads;
-        let head_range = match w.heads {
-            None => 0..heads,
-            Some([first, count]) => {
-                let fits = first >= 0
-                    && count >= 1
-                    && first
-                        .checked_add(count)
-                        .is_some_and(|last| last <= heads as i64);
-                if !fits {
-                    return Err(CacheError::HeadRange {
-                        first,
-                        count,
-                        heads,
-                    });
-                }
-                first as usize..(first + count) as usize
-            }
-        };
+        // 1–3. Arguments: negative numbers, negative window, head range.
+        let checked = w.check_arguments(self.config.heads)?;
+        let (s, n, end) = (checked.start, checked.len, checked.end());
+        let (recent_window, head_range, heads) =
+            (checked.recent_window, checked.heads, self.config.heads);
         // 4. Packed: only an append or a rewrite of exactly the current chunk (§6).
         if self.packed() {
             let append = s == self.global_end && n >= 1;
@@ -397,7 +369,7 @@ impl Model {
 
     /// SPEC.md §3 `rewind`.
     pub fn rewind(&mut self, to: i64) -> Result<u64, CacheError> {
-        let to = Self::non_negative("to", to)?;
+        let to = non_negative("to", to)?;
         if to > self.global_end {
             return Err(CacheError::RewindAhead {
                 to,
@@ -433,7 +405,7 @@ impl Model {
 
     /// SPEC.md §3 `evict`.
     pub fn evict(&mut self, tokens: i64) -> Result<u64, CacheError> {
-        let k = Self::non_negative("tokens", tokens)?;
+        let k = non_negative("tokens", tokens)?;
         if self.packed() {
             return Err(CacheError::Unsupported {
                 op: "evict",
@@ -455,7 +427,7 @@ impl Model {
 
     /// SPEC.md §3 `pin` and §5.
     pub fn pin(&mut self, tokens: i64) -> Result<u64, CacheError> {
-        let n = Self::non_negative("tokens", tokens)?;
+        let n = non_negative("tokens", tokens)?;
         if self.packed() {
             return Err(CacheError::Unsupported {
                 op: "pin",

@@ -3,7 +3,11 @@
 
 use std::fmt;
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
+
+use crate::error::CacheError;
 
 /// A `write` request: K/V for global positions `[start, start + len)`.
 ///
@@ -33,6 +37,72 @@ impl Write {
             heads: None,
             recent_window: None,
         }
+    }
+}
+
+/// A count or position from a trace: negative values are
+/// `invalid_argument` naming the argument (SPEC.md §3).
+pub fn non_negative(field: &'static str, value: i64) -> Result<u64, CacheError> {
+    u64::try_from(value).map_err(|_| CacheError::InvalidArgument { field, value })
+}
+
+/// A write whose arguments passed SPEC.md §3 checks 1–3.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CheckedWrite {
+    /// First position.
+    pub start: u64,
+    /// Number of positions.
+    pub len: u64,
+    /// Heads written (all heads when the request names none).
+    pub heads: Range<usize>,
+    /// Recent window, if given.
+    pub recent_window: Option<u64>,
+}
+
+impl CheckedWrite {
+    /// One past the last position written.
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+impl Write {
+    /// SPEC.md §3 write checks 1–3, in order, for a cache with `heads`
+    /// heads: negative start or length (`invalid_argument`), negative recent
+    /// window (`negative_window`), head range outside `[0, heads)` or empty
+    /// (`head_range`). These checks read only the arguments, so the model
+    /// and every cache share them; everything that reads state is theirs.
+    pub fn check_arguments(&self, heads: usize) -> Result<CheckedWrite, CacheError> {
+        let start = non_negative("start", self.start)?;
+        let len = non_negative("len", self.len)?;
+        let recent_window = match self.recent_window {
+            Some(r) if r < 0 => return Err(CacheError::NegativeWindow { recent_window: r }),
+            r => r.map(|r| r as u64),
+        };
+        let heads = match self.heads {
+            None => 0..heads,
+            Some([first, count]) => {
+                let fits = first >= 0
+                    && count >= 1
+                    && first
+                        .checked_add(count)
+                        .is_some_and(|last| last <= heads as i64);
+                if !fits {
+                    return Err(CacheError::HeadRange {
+                        first,
+                        count,
+                        heads,
+                    });
+                }
+                first as usize..(first + count) as usize
+            }
+        };
+        Ok(CheckedWrite {
+            start,
+            len,
+            heads,
+            recent_window,
+        })
     }
 }
 
