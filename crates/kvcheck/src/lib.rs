@@ -26,6 +26,8 @@
 
 pub mod coverage;
 pub mod divergence;
+#[cfg(feature = "arbitrary")]
+pub mod fuzzcase;
 pub mod lockstep;
 pub mod payload;
 pub mod replay;

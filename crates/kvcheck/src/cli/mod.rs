@@ -1,6 +1,8 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
 mod expect;
+#[cfg(feature = "arbitrary")]
+mod from_fuzz;
 mod replay;
 
 use std::path::PathBuf;
@@ -43,6 +45,12 @@ enum Command {
         after_help = "Examples:\n  kvcheck expect hand-written.kvtrace.json > tests/regressions/case.kvtrace.json\n  kvcheck expect trace.kvtrace.json -o trace.kvtrace.json"
     )]
     Expect(expect::Args),
+    /// Turn a fuzz crash or corpus file into a kvtrace file.
+    #[cfg(feature = "arbitrary")]
+    #[command(
+        after_help = "Targets: dense_lockstep, packed_lockstep, model_invariants, trace_load.\n\nExamples:\n  kvcheck from-fuzz dense_lockstep fuzz/artifacts/dense_lockstep/crash-1a2b -o crash.kvtrace.json\n  kvcheck replay crash.kvtrace.json\n\nExit status: 0 written, 2 the file could not be read or decoded."
+    )]
+    FromFuzz(from_fuzz::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -50,6 +58,8 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
+        #[cfg(feature = "arbitrary")]
+        Command::FromFuzz(args) => from_fuzz::run(args),
     }
 }
 
