@@ -28,7 +28,10 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         let path = entry.path();
         if path.is_dir() {
             out.extend(files_under(&path));
-        } else if !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+        } else if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
             out.push(path);
         }
     }
@@ -41,7 +44,11 @@ fn vectors() -> Vec<(String, Trace)> {
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(".kvtrace.json"))
         .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().replace(".kvtrace.json", "");
+            let name = p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace(".kvtrace.json", "");
             (name, Trace::load(&p).expect("test vectors load"))
         })
         .collect()
@@ -131,7 +138,11 @@ fn regenerate_seed_corpus() {
         for (target, variant, prefix) in [
             (Target::DenseLockstep, Variant::Dense, None),
             (Target::PackedLockstep, Variant::Packed, None),
-            (Target::ModelInvariants, trace.config.variant, Some(trace.config.variant)),
+            (
+                Target::ModelInvariants,
+                trace.config.variant,
+                Some(trace.config.variant),
+            ),
         ] {
             let mut config = trace.config.clone();
             config.variant = variant;

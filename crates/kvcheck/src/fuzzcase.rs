@@ -331,7 +331,9 @@ impl FuzzCase {
 
 fn encode_heads(heads: Option<[i64; 2]>) -> u8 {
     match heads {
-        Some([first, count]) => 1 | ((first.clamp(0, 3) as u8) << 2) | (((count.clamp(1, 4) - 1) as u8) << 4),
+        Some([first, count]) => {
+            1 | ((first.clamp(0, 3) as u8) << 2) | (((count.clamp(1, 4) - 1) as u8) << 4)
+        }
         None => 0,
     }
 }
@@ -381,13 +383,21 @@ fn encode_op(op: &Op, cursor: &Cursor) -> [u8; OP_BYTES] {
         Op::Rewind { to } => [code::REWIND, back(to), 0, 0],
         Op::Evict { tokens } => [
             code::EVICT,
-            if tokens < 0 { 0xff } else { tokens.min(15) as u8 },
+            if tokens < 0 {
+                0xff
+            } else {
+                tokens.min(15) as u8
+            },
             0,
             0,
         ],
         Op::Pin { tokens } => [
             code::PIN,
-            if tokens < 0 { 0xff } else { tokens.min(32) as u8 },
+            if tokens < 0 {
+                0xff
+            } else {
+                tokens.min(32) as u8
+            },
             0,
             0,
         ],
@@ -398,8 +408,8 @@ fn encode_op(op: &Op, cursor: &Cursor) -> [u8; OP_BYTES] {
 /// The body of `dense_lockstep` / `packed_lockstep`: the case through the
 /// lockstep driver. `Err` holds the divergence report and the kvtrace JSON.
 pub fn check_lockstep(case: &FuzzCase) -> Result<(), String> {
-    let mut run = Lockstep::new(&case.config)
-        .map_err(|e| format!("setup failed for a valid config: {e}"))?;
+    let mut run =
+        Lockstep::new(&case.config).map_err(|e| format!("setup failed for a valid config: {e}"))?;
     run.run(&case.ops)
         .map_err(|d| format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json()))
 }
@@ -510,18 +520,21 @@ pub fn check_model_invariants(case: &FuzzCase) -> Result<(), String> {
                         ));
                     }
                 }
-                let reported = w.heads.map_or(case.config.heads, |[_, count]| count as usize);
+                let reported = w
+                    .heads
+                    .map_or(case.config.heads, |[_, count]| count as usize);
                 let writers = effect.writers.unwrap_or_default();
                 if writers.len() != reported || writers.iter().any(|w| w.len() != visible.len()) {
                     return fail("writers do not match the reported heads and view".to_string());
                 }
                 if let Some(h) = writers.iter().position(|hw| {
-                    visible
-                        .iter()
-                        .zip(hw)
-                        .any(|(&p, &writer)| (s..s + n).contains(&p) && writer != Some(index as u64))
+                    visible.iter().zip(hw).any(|(&p, &writer)| {
+                        (s..s + n).contains(&p) && writer != Some(index as u64)
+                    })
                 }) {
-                    return fail(format!("reported head {h} of a written position has another writer"));
+                    return fail(format!(
+                        "reported head {h} of a written position has another writer"
+                    ));
                 }
             }
         }
