@@ -253,6 +253,7 @@ mod tests {
                 batch: 1,
                 head: 2,
             };
+            #[allow(clippy::identity_op)] // spelled out as the index formula
             let offset = ((1 * 2 + 1) * 2 + 1) * 5;
             assert_eq!(
                 &values[offset..offset + 5],
