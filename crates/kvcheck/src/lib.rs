@@ -30,6 +30,8 @@ pub mod coverage;
 pub mod divergence;
 pub mod explain;
 pub mod explore;
+#[cfg(feature = "arbitrary")]
+pub mod fuzzcase;
 pub mod lockstep;
 pub mod machine;
 pub mod minimize;

@@ -3,6 +3,8 @@
 mod expect;
 mod explain;
 mod explore;
+#[cfg(feature = "arbitrary")]
+mod from_fuzz;
 mod minimize;
 mod replay;
 mod run;
@@ -73,6 +75,12 @@ enum Command {
         after_help = "Examples:\n  kvcheck explain small.kvtrace.json --subject fault:stale-rewrite\n\nExit status: 0 no divergence, 1 a divergence, 2 unreadable input."
     )]
     Explain(explain::Args),
+    /// Turn a fuzz crash or corpus file into a kvtrace file.
+    #[cfg(feature = "arbitrary")]
+    #[command(
+        after_help = "Targets: dense_lockstep, packed_lockstep, model_invariants, trace_load.\n\nExamples:\n  kvcheck from-fuzz dense_lockstep fuzz/artifacts/dense_lockstep/crash-1a2b -o crash.kvtrace.json\n  kvcheck replay crash.kvtrace.json\n\nExit status: 0 written, 2 the file could not be read or decoded."
+    )]
+    FromFuzz(from_fuzz::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -85,6 +93,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Minimize(args) => minimize::run(args),
         Command::Save(args) => save::run(args),
         Command::Explain(args) => explain::run(args),
+        #[cfg(feature = "arbitrary")]
+        Command::FromFuzz(args) => from_fuzz::run(args),
     }
 }
 
