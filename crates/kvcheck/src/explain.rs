@@ -215,8 +215,23 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
                 };
                 (Some(outcome.clone()), visible, written)
             }
-            // The model has applied the op; its view is what the cache should show.
-            Err(_) => (None, run.model().view(None), None),
+            // The model has applied the op; its view is what the cache should
+            // show, and the positions it wrote are those the op now owns.
+            Err(_) => {
+                let written = match op {
+                    Op::Write(w)
+                        if w.len > 0
+                            && run
+                                .model()
+                                .writers(w.start as u64)
+                                .is_some_and(|ws| ws.iter().any(|x| *x == Some(index as u64))) =>
+                    {
+                        Some((w.start as u64, w.len as u64))
+                    }
+                    _ => None,
+                };
+                (None, run.model().view(None), written)
+            }
         };
         walk.steps.push(StepView {
             index,
@@ -239,7 +254,8 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
 fn strip(step: &StepView) -> String {
     let cells = &step.cells[..step.global_end as usize];
     let mut out: String = cells.iter().map(|c| c.state.glyph()).collect();
-    if step.written.is_some() {
+    // At the divergence the text shows the strip the view should have, unmarked.
+    if step.written.is_some() && step.outcome.is_some() {
         let marks: String = cells
             .iter()
             .map(|c| if c.written { '*' } else { ' ' })
