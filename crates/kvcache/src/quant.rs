@@ -265,11 +265,7 @@ impl RowCodes {
         let dims = layout.dims();
         let head_dim = dims.last().copied().unwrap_or(0);
         let bytes = code_bytes(self.quant, head_dim);
-        let rows = if head_dim == 0 {
-            0
-        } else {
-            values.len() / head_dim
-        };
+        let rows = values.len().checked_div(head_dim).unwrap_or(0);
         let mut codes = vec![0u8; rows * bytes];
         if head_dim > 0 {
             for (row, out) in values

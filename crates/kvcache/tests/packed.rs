@@ -212,7 +212,7 @@ fn step(model: &mut Model, cache: &mut PackedCache, index: u64, op: &Op) -> Outc
                                 .map(|h| {
                                     view.positions
                                         .iter()
-                                        .map(|&p| model.writers(p).map_or(None, |w| w[h]))
+                                        .map(|&p| model.writers(p).and_then(|w| w[h]))
                                         .collect()
                                 })
                                 .collect(),

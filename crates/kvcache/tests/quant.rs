@@ -122,11 +122,11 @@ fn dequantize_into_a_narrowed_output_leaves_the_rest() {
     let out = Tensor::full(-1f32, (2, 3, 4), &device).unwrap();
     quant::dequantize_into(&packed, &out.narrow(1, 1, 2).unwrap()).unwrap();
     let out: Vec<Vec<Vec<f32>>> = out.to_vec3().unwrap();
-    for b in 0..2 {
-        assert_eq!(out[b][0], vec![-1.0; 4]);
-        for p in 1..3 {
+    for (b, rows) in out.iter().enumerate() {
+        assert_eq!(rows[0], vec![-1.0; 4]);
+        for (p, row) in rows.iter().enumerate().skip(1) {
             let values: Vec<f32> = (0..4).map(|d| (b * 12 + p * 4 + d) as f32).collect();
-            assert_eq!(out[b][p], cold_round_trip(&values, Quant::Int8, Dtype::F32));
+            assert_eq!(*row, cold_round_trip(&values, Quant::Int8, Dtype::F32));
         }
     }
 }

@@ -224,7 +224,7 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
                             && run
                                 .model()
                                 .writers(w.start as u64)
-                                .is_some_and(|ws| ws.iter().any(|x| *x == Some(index as u64))) =>
+                                .is_some_and(|ws| ws.contains(&Some(index as u64))) =>
                     {
                         Some((w.start as u64, w.len as u64))
                     }
@@ -235,7 +235,7 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
         };
         walk.steps.push(StepView {
             index,
-            op: op.clone(),
+            op: *op,
             outcome,
             global_end: run.model().global_end(),
             cells: cells(run.model(), written, &visible, &mut ever),

@@ -58,11 +58,10 @@ td.c { width: 26px; height: 24px; text-align: center; font-family: ui-monospace,
 td.c.written.sink { box-shadow: inset 0 -5px 0 #6a3d9a; }
 td.c.written.pinned { box-shadow: inset 0 -5px 0 #f0a202; }
 td.c.written.hidden { box-shadow: inset 0 -5px 0 #b7dfb9; }
-td.c.wrong { outline: 3px solid #d93025; outline-offset: -1px; position: relative; }
-td.c.wrong::after { content: "✗"; position: absolute; top: -9px; right: -5px; color: #d93025; font-size: 14px; font-weight: 700; background: #fff; border-radius: 8px; line-height: 14px; }
+td.c.wrong { background: #d93025; color: #fff; font-weight: 700; font-size: 14px; box-shadow: 0 0 0 2px #7f0000; }
 tr.diverged td.label, tr.diverged td.outcome { background: #d93025; color: #fff; font-weight: 700; border-radius: 3px; }
 tr.diverged td.label .idx { color: #fff; }
-tr.diverged td { border-top: 2px solid #d93025; border-bottom: 2px solid #d93025; }
+tr.diverged td.slots { background: #fde2e1; border-radius: 3px; }
 tr.detail td { background: #fde2e1; padding: 8px 12px; border-radius: 4px; font-size: 13px; }
 .detail .kv { font-family: ui-monospace, Menlo, Consolas, monospace; }
 .detail .kv b { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; display: inline-block; width: 70px; }
@@ -159,7 +158,7 @@ fn row(out: &mut String, step: &StepView, width: u64, walk: &Walk) {
     );
     let outcome = match &step.outcome {
         Some(o) => describe_outcome(o),
-        None => "✗ divergence".to_string(),
+        None => "✗ diverged (model state)".to_string(),
     };
     let _ = write!(out, "<td class=\"outcome\">{}</td>", escape(&outcome));
     for p in 0..width {
@@ -183,12 +182,16 @@ fn row(out: &mut String, step: &StepView, width: u64, walk: &Walk) {
             out,
             "<td class=\"{classes}\" title=\"{}\">{}</td>",
             escape(&cell_title(cell, w)),
-            escape(&cell_text(cell))
+            if w.is_some() {
+                "✗".to_string()
+            } else {
+                escape(&cell_text(cell))
+            }
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<td class=\"slots\" title=\"view {}\">{}</td></tr>\n",
+        "<td class=\"slots\" title=\"view {}\">{}</td></tr>",
         escape(&format_ranges(step.visible.iter().copied())),
         escape(&layout_line(&step.slots))
     );
@@ -282,11 +285,15 @@ pub fn render_html(walk: &Walk) -> String {
         ("evicted", "", "evicted (written before, gone)"),
         ("written", "", "written this step"),
         ("never", "", "never written"),
-        ("wrong", "✗", "wrong row at the divergence"),
+        (
+            "wrong",
+            "✗",
+            "wrong row at the divergence (hover: held vs expected writer)",
+        ),
     ];
     for (class, text, label) in legend {
         let style = if class == "wrong" {
-            " style=\"outline:3px solid #d93025;outline-offset:-1px;color:#d93025;background:#fff\""
+            " style=\"background:#d93025;color:#fff;font-weight:700\""
         } else {
             ""
         };
