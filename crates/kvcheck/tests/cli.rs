@@ -155,3 +155,24 @@ fn garbage_never_panics() {
     let (code, _, _) = kvcheck(&["replay", "x", "--subject", "fault:nope"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn explain_html_writes_the_page_of_the_docs_example() {
+    let dir = scratch("explain_html");
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/explain-example.kvtrace.json");
+    let page = dir.join("explain.html");
+    let (code, stdout, stderr) = kvcheck(&[
+        "explain",
+        example.to_str().unwrap(),
+        "--subject",
+        "fault:stale-rewrite",
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("values divergence at step 7"), "{stdout}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("id=\"divergence\""), "{html}");
+    assert_eq!(html.matches("<tr class=\"step").count(), 8, "{html}");
+}

@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::explain::explain;
+use kvcheck::explain::html::render_html;
+use kvcheck::explain::{render_text, walk};
 use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::Trace;
 
@@ -17,6 +18,10 @@ pub struct Args {
     /// What to check against the model: `cache`, `reference` or `fault:NAME`.
     #[arg(long, default_value = "cache")]
     subject: SubjectSpec,
+    /// Also write the walk as a self-contained HTML page (a coloured grid,
+    /// a row per step and a column per position) to this file.
+    #[arg(long, value_name = "OUT")]
+    html: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -27,14 +32,21 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_INPUT);
         }
     };
-    match explain(&trace, args.subject, std::io::stdout().is_terminal()) {
+    match walk(&trace, args.subject) {
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());
             ExitCode::from(EXIT_INPUT)
         }
-        Ok((text, divergence)) => {
-            print!("{text}");
-            if divergence.is_some() {
+        Ok(walk) => {
+            print!("{}", render_text(&walk, std::io::stdout().is_terminal()));
+            if let Some(out) = &args.html {
+                if let Err(e) = std::fs::write(out, render_html(&walk)) {
+                    eprintln!("error: {}: {e}", out.display());
+                    return ExitCode::from(EXIT_INPUT);
+                }
+                eprintln!("wrote {}", out.display());
+            }
+            if walk.divergence.is_some() {
                 ExitCode::from(EXIT_MISMATCH)
             } else {
                 ExitCode::SUCCESS
