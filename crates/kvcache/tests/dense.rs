@@ -431,16 +431,9 @@ proptest! {
     }
 }
 
-/// `shared/vectors` next to the repository, or `KVCHECK_VECTORS`.
+/// The project's copy of the contract's vectors (`tests/vectors`).
 fn vectors_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("KVCHECK_VECTORS") {
-        return PathBuf::from(dir);
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    [root.join("shared/vectors"), root.join("../shared/vectors")]
-        .into_iter()
-        .find(|d| d.is_dir())
-        .expect("shared/vectors not found; set KVCHECK_VECTORS")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors")
 }
 
 /// A TRACE.md config object, with its defaults.
@@ -472,7 +465,7 @@ fn parse_config(json: &serde_json::Value) -> Config {
     config
 }
 
-/// Every dense vector of `shared/vectors` replays through the cache with the
+/// Every dense vector of `tests/vectors` replays through the cache with the
 /// outcomes it expects (and in lockstep with the model).
 #[test]
 fn dense_replays_shared_vectors() {

@@ -540,12 +540,8 @@ fn config_from_trace(value: &serde_json::Value) -> Config {
 
 #[test]
 fn shared_packed_vectors_replay() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors");
-    let dir = if dir.exists() {
-        dir
-    } else {
-        Path::new("/work/shared/vectors").to_path_buf()
-    };
+    // The project's copy of the contract's vectors.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors");
     let mut replayed = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
