@@ -433,15 +433,13 @@ impl KvCache for PackedCache {
             let evictable = Self::recent_range(evicted_to, g).end - evicted_to;
             if excess > evictable || s < g {
                 let protected = self.sink_range(g).end as usize;
-                let capacity = self.config.capacity;
-                return Err(CacheError::ChunkTooLarge {
-                    start: s,
+                return Err(CacheError::chunk_too_large(
+                    s,
                     end,
-                    needed: usize::try_from(total).unwrap_or(usize::MAX),
-                    capacity,
+                    total,
+                    self.config.capacity,
                     protected,
-                    room: capacity.saturating_sub(protected),
-                }
+                )
                 .into());
             }
             evicted_to += excess;

@@ -126,6 +126,26 @@ pub enum CacheError {
 }
 
 impl CacheError {
+    /// `chunk_too_large` for a write `[start, end)` that would need `total`
+    /// resident positions in `capacity`, `protected` of them unevictable
+    /// and outside the write.
+    pub fn chunk_too_large(
+        start: u64,
+        end: u64,
+        total: u64,
+        capacity: usize,
+        protected: usize,
+    ) -> CacheError {
+        CacheError::ChunkTooLarge {
+            start,
+            end,
+            needed: usize::try_from(total).unwrap_or(usize::MAX),
+            capacity,
+            protected,
+            room: capacity.saturating_sub(protected),
+        }
+    }
+
     /// The SPEC.md §3 kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -268,13 +268,8 @@ impl Model {
                 .resident()
                 .filter(|p| self.is_protected_position(*p) && !(s..end).contains(p))
                 .count();
-            let too_large = |capacity: usize| CacheError::ChunkTooLarge {
-                start: s,
-                end,
-                needed: usize::try_from(total).unwrap_or(usize::MAX),
-                capacity,
-                protected: protected_outside,
-                room: capacity.saturating_sub(protected_outside),
+            let too_large = |capacity: usize| {
+                CacheError::chunk_too_large(s, end, total, capacity, protected_outside)
             };
             if self.config.growth {
                 let max = self.config.max_capacity();
