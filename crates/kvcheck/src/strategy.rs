@@ -8,7 +8,7 @@
 //! too), rewinds into evicted history, evicts, pins, resets, zero-length
 //! probes and negative numbers.
 
-use kvmodel::{Config, Dtype, Model, Op, PackedPolicy, Quant, Variant, Write};
+use kvmodel::{Config, Dtype, Model, Op, PackedPolicy, Quant, Variant};
 use proptest::prelude::*;
 
 /// The reference state the strategies look at: the model plus the last
@@ -47,15 +47,6 @@ impl RefState {
             self.last_append = None;
         }
     }
-}
-
-fn write(start: i64, len: i64, heads: Option<[i64; 2]>, recent_window: Option<i64>) -> Op {
-    Op::Write(Write {
-        start,
-        len,
-        heads,
-        recent_window,
-    })
 }
 
 /// Head ranges: mostly none, some valid sub-ranges, a few invalid ones.
@@ -101,31 +92,32 @@ pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
     let s = config.sink as i64;
     let heads = head_ranges(config.heads as i64);
     let recent = recent_windows(c);
-    let append =
-        (lengths(c, s), heads.clone(), recent.clone()).prop_map(move |(n, h, r)| write(g, n, h, r));
+    let append = (lengths(c, s), heads.clone(), recent.clone())
+        .prop_map(move |(n, h, r)| Op::write(g, n, h, r));
     let denoise = match state.last_append {
         Some((start, len)) => (heads.clone(), recent.clone())
-            .prop_map(move |(h, r)| write(start as i64, len as i64, h, r))
+            .prop_map(move |(h, r)| Op::write(start as i64, len as i64, h, r))
             .boxed(),
         None => append.clone().boxed(),
     };
     let negative = prop_oneof![
-        Just(write(-1, 1, None, None)),
-        Just(write(0, -1, None, None)),
+        Just(Op::write(-1, 1, None, None)),
+        Just(Op::write(0, -1, None, None)),
         Just(Op::Rewind { to: -1 }),
         Just(Op::Evict { tokens: -1 }),
         Just(Op::Pin { tokens: -1 }),
     ];
-    let probe = (0..=g + 1, recent.clone()).prop_map(|(start, r)| write(start, 0, None, r));
+    let probe = (0..=g + 1, recent.clone()).prop_map(|(start, r)| Op::write(start, 0, None, r));
     match config.variant {
         Variant::Dense => {
             let evictable = model.evictable().len() as i64;
             let c = c.min(MAX_LEN);
             let overlap = (1..=c.max(1), 1..=c + 1)
-                .prop_map(move |(back, n)| write((g - back).max(0), back + n, None, None));
-            let gap = (1..=3i64, 1..=c).prop_map(move |(skip, n)| write(g + skip, n, None, None));
-            let anywhere =
-                (0..=g, 1..=c, heads.clone()).prop_map(|(start, n, h)| write(start, n, h, None));
+                .prop_map(move |(back, n)| Op::write((g - back).max(0), back + n, None, None));
+            let gap =
+                (1..=3i64, 1..=c).prop_map(move |(skip, n)| Op::write(g + skip, n, None, None));
+            let anywhere = (0..=g, 1..=c, heads.clone())
+                .prop_map(|(start, n, h)| Op::write(start, n, h, None));
             prop_oneof![
                 10 => append,
                 6 => denoise,
@@ -150,7 +142,7 @@ pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
             boundaries.extend([0, g]);
             let boundary = proptest::sample::select(boundaries).prop_map(|to| Op::Rewind { to });
             let unsupported = prop_oneof![
-                (0..=g, 0..=c).prop_map(|(start, n)| write(start, n, None, None)),
+                (0..=g, 0..=c).prop_map(|(start, n)| Op::write(start, n, None, None)),
                 (0..=3i64).prop_map(|tokens| Op::Evict { tokens }),
                 (0..=3i64).prop_map(|tokens| Op::Pin { tokens }),
                 (0..=g + 1).prop_map(|to| Op::Rewind { to }),

@@ -133,6 +133,16 @@ pub enum Op {
 }
 
 impl Op {
+    /// A write op with every field given.
+    pub fn write(start: i64, len: i64, heads: Option<[i64; 2]>, recent_window: Option<i64>) -> Op {
+        Op::Write(Write {
+            start,
+            len,
+            heads,
+            recent_window,
+        })
+    }
+
     /// The op's name as it appears in traces (`write`, `rewind`, …).
     pub fn name(&self) -> &'static str {
         match self {

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use kvcheck::explain::html::render_html;
 use kvcheck::explain::{render_text, walk};
 use kvcheck::subject::SubjectSpec;
-use kvcheck::trace::Trace;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -25,12 +24,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let trace = match Trace::load(&args.file) {
+    let trace = match super::load_trace(&args.file) {
         Ok(trace) => trace,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
     match walk(&trace, args.subject) {
         Err(e) => {

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use kvcheck::minimize::{max_tests_default, minimize, Minimized};
 use kvcheck::subject::SubjectSpec;
-use kvcheck::trace::Trace;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -25,12 +24,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let trace = match Trace::load(&args.file) {
+    let trace = match super::load_trace(&args.file) {
         Ok(trace) => trace,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
     let minimized = match minimize(
         &trace,

@@ -98,6 +98,15 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// Loads a trace, or prints the error (which names the file and the
+/// problem) and returns the input-error exit status.
+pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, ExitCode> {
+    kvcheck::trace::Trace::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_INPUT)
+    })
+}
+
 /// A path argument that defaults to the failures directory.
 pub fn failures_dir(out: Option<PathBuf>) -> PathBuf {
     out.unwrap_or_else(|| PathBuf::from(DEFAULT_FAILURES_DIR))

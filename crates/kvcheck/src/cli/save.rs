@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use kvcheck::minimize::{max_tests_default, minimize, MinimizeError};
 use kvcheck::subject::SubjectSpec;
-use kvcheck::trace::{Trace, EXTENSION};
+use kvcheck::trace::EXTENSION;
 
 use super::minimize::print_summary;
 use super::EXIT_INPUT;
@@ -45,12 +45,9 @@ pub fn run(args: Args) -> ExitCode {
         );
         return ExitCode::from(EXIT_INPUT);
     }
-    let trace = match Trace::load(&args.file) {
+    let trace = match super::load_trace(&args.file) {
         Ok(trace) => trace,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
     let stored = match minimize(
         &trace,

@@ -2,7 +2,7 @@
 //! small numbers (every start, length, head range, window and count near the
 //! state's global end and capacity, plus one invalid value of each kind).
 
-use kvmodel::{Config, Model, Op, Write};
+use kvmodel::{Config, Model, Op};
 
 /// Which ops the explorer tries from each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -61,15 +61,15 @@ impl Alphabet {
                 if rich {
                     for &h in &heads {
                         for &r in &windows {
-                            ops.push(write(start, len, h, r));
+                            ops.push(Op::write(start, len, h, r));
                         }
                     }
                 } else {
-                    ops.push(write(start, len, None, None));
+                    ops.push(Op::write(start, len, None, None));
                 }
             }
         }
-        ops.push(write(-1, 1, None, None));
+        ops.push(Op::write(-1, 1, None, None));
         ops.extend((0..=g + 1).map(|to| Op::Rewind { to }));
         let evictable = model.evictable().len() as i64;
         ops.extend((0..=evictable + 1).map(|tokens| Op::Evict { tokens }));
@@ -85,15 +85,6 @@ impl std::str::FromStr for Alphabet {
     fn from_str(text: &str) -> Result<Alphabet, String> {
         Alphabet::parse(text)
     }
-}
-
-fn write(start: i64, len: i64, heads: Option<[i64; 2]>, recent_window: Option<i64>) -> Op {
-    Op::Write(Write {
-        start,
-        len,
-        heads,
-        recent_window,
-    })
 }
 
 /// All heads, every valid `[first, count]`, and one invalid range.
