@@ -1,13 +1,5 @@
-//! The implementations the driver can check against the model.
-//!
-//! - [`open_cache`]: the shipped cache for a configuration's variant
-//!   (`DenseCache` or `PackedCache`).
-//! - [`ReferenceCache`]: a deliberately naive [`KvCache`] that keeps every
-//!   row in a map and asks the model what is resident. It is obviously right,
-//!   which makes it the base for *constructed failing subjects*: with a
-//!   [`Fault`] injected it fails in a known way, so the tests of the driver,
-//!   the minimizer, the explainer and the explorer can prove that they catch
-//!   and shrink real failures without planting bugs in the shipped caches.
+//! [`ReferenceCache`]: a deliberately naive [`KvCache`] that keeps every
+//! row in a map and asks the model what is resident.
 
 use std::collections::HashMap;
 
@@ -16,52 +8,8 @@ use kvcache::{KvCache, Layout, Slot, View};
 use kvmodel::quant::cold_round_trip;
 use kvmodel::{CacheError, Config, Model, Quant, Variant, Write};
 
+use super::Fault;
 use crate::payload::{tensor_values, to_dtype_tensor, Kv};
-
-/// The shipped cache for `config.variant`, on `device`.
-pub fn open_cache(config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
-    Ok(match config.variant {
-        Variant::Dense => Box::new(kvcache::DenseCache::new(config, device)?),
-        Variant::Packed => Box::new(kvcache::PackedCache::new(config, device)?),
-    })
-}
-
-/// A bug to inject into a [`ReferenceCache`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fault {
-    /// Rewrites of positions below the global end keep the old values (a
-    /// denoise step that never lands): a value divergence.
-    StaleRewrite,
-    /// Writes that overlap the global end are refused as `non_sequential`:
-    /// an outcome divergence.
-    RefuseOverlap,
-    /// Once anything has been evicted, position 0 drops out of the view: a
-    /// visible-positions divergence.
-    ForgetSinkAfterEviction,
-}
-
-impl Fault {
-    /// Every fault, for tests that sweep them.
-    pub const ALL: [Fault; 3] = [
-        Fault::StaleRewrite,
-        Fault::RefuseOverlap,
-        Fault::ForgetSinkAfterEviction,
-    ];
-
-    /// Name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::StaleRewrite => "stale-rewrite",
-            Fault::RefuseOverlap => "refuse-overlap",
-            Fault::ForgetSinkAfterEviction => "forget-sink-after-eviction",
-        }
-    }
-
-    /// Parses a command-line name.
-    pub fn from_name(name: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.name() == name)
-    }
-}
 
 /// A naive cache: the model decides what is resident, a map holds each
 /// row's values. See the module docs.
@@ -273,63 +221,3 @@ impl KvCache for ReferenceCache {
     }
 }
 
-/// Which implementation a command checks against the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum SubjectSpec {
-    /// The shipped cache for the trace's variant (`cache`).
-    #[default]
-    Cache,
-    /// The naive [`ReferenceCache`] (`reference`).
-    Reference,
-    /// The naive cache with a fault injected (`fault:NAME`): a constructed
-    /// failing subject for checking the harness itself.
-    Fault(Fault),
-}
-
-impl SubjectSpec {
-    /// Parses `cache`, `reference` or `fault:NAME`.
-    pub fn parse(text: &str) -> Result<SubjectSpec, String> {
-        match text {
-            "cache" => Ok(SubjectSpec::Cache),
-            "reference" => Ok(SubjectSpec::Reference),
-            _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
-                Some(fault) => Ok(SubjectSpec::Fault(fault)),
-                None => Err(format!(
-                    "unknown subject {text:?}: expected cache, reference or fault:NAME with NAME one of {}",
-                    Fault::ALL.map(Fault::name).join(", ")
-                )),
-            },
-        }
-    }
-
-    /// The name used in reports (`dense`, `packed`, `reference`, `fault:…`).
-    pub fn name(self, config: &Config) -> String {
-        match self {
-            SubjectSpec::Cache => match config.variant {
-                Variant::Dense => "dense".to_string(),
-                Variant::Packed => "packed".to_string(),
-            },
-            SubjectSpec::Reference => "reference".to_string(),
-            SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
-        }
-    }
-
-    /// Builds the subject for `config` on `device`.
-    pub fn open(self, config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
-        Ok(match self {
-            SubjectSpec::Cache => open_cache(config, device)?,
-            SubjectSpec::Reference => Box::new(ReferenceCache::new(config, device)?),
-            SubjectSpec::Fault(fault) => {
-                Box::new(ReferenceCache::with_fault(config, device, fault)?)
-            }
-        })
-    }
-}
-
-impl std::str::FromStr for SubjectSpec {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<SubjectSpec, String> {
-        SubjectSpec::parse(text)
-    }
-}
