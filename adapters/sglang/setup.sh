@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds the environment the sglang adapter runs in, from the package
+# registry alone:
+#   - a venv (adapters/sglang/.venv) with CPU torch and numpy;
+#   - the sglang wheel of SGLANG_VERSION (default 0.5.23), fetched with
+#     `pip download --no-deps`, from which only the kvcache sources
+#     (sglang/multimodal_gen/runtime/layers/kvcache/) are extracted into
+#     adapters/sglang/.sglang/<version>/ ; the full package is never installed
+#     (it does not import without a GPU stack).
+# Idempotent: a step whose result is already there is skipped. Writes the
+# marker adapters/sglang/.sglang/<version>/READY that the opt-in tests and
+# scripts/sglang-findings.sh look for, and prints how long it took.
+#
+# Environment:
+#   SGLANG_VERSION   sglang release to extract (default 0.5.23)
+#   TORCH_INDEX      where CPU torch comes from (default: the PyTorch CPU
+#                    wheel index; set to "pypi" to use PyPI's torch)
+#   PYTHON           interpreter for the venv (default python3)
+set -euo pipefail
+
+started=$(date +%s)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+version="${SGLANG_VERSION:-0.5.23}"
+python="${PYTHON:-python3}"
+venv="$here/.venv"
+dest="$here/.sglang/$version"
+torch_index="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: creating venv $venv"
+    "$python" -m venv "$venv"
+fi
+vpy="$venv/bin/python"
+
+if ! "$vpy" -c 'import torch, numpy' 2>/dev/null; then
+    echo "setup: installing CPU torch and numpy"
+    # The CPU wheel index keeps the venv small (no CUDA libraries); where it
+    # cannot be reached, PyPI's torch (which brings CUDA libraries it never
+    # uses here) works the same on CPU.
+    if [ "$torch_index" != "pypi" ] && ! "$vpy" -c 'import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=15)' "$torch_index/torch/" 2>/dev/null; then
+        echo "setup: $torch_index unreachable, using PyPI torch"
+        torch_index=pypi
+    fi
+    if [ "$torch_index" = "pypi" ]; then
+        "$vpy" -m pip install --quiet torch numpy
+    else
+        "$vpy" -m pip install --quiet --index-url "$torch_index" \
+            --extra-index-url https://pypi.org/simple torch numpy
+    fi
+fi
+
+if [ ! -f "$dest/READY" ]; then
+    wheels="$here/.sglang/wheels"
+    mkdir -p "$wheels"
+    wheel=$(ls "$wheels"/sglang-"$version"-*.whl 2>/dev/null | head -n1 || true)
+    if [ -z "$wheel" ]; then
+        echo "setup: downloading sglang==$version (no dependencies)"
+        "$vpy" -m pip download --quiet --no-deps --only-binary=:all: \
+            --dest "$wheels" "sglang==$version"
+        wheel=$(ls "$wheels"/sglang-"$version"-*.whl | head -n1)
+    fi
+    echo "setup: extracting the kvcache sources of $(basename "$wheel")"
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    "$vpy" - "$wheel" "$dest" <<'PY'
+import sys, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
+prefix = "sglang/multimodal_gen/runtime/layers/kvcache/"
+with zipfile.ZipFile(wheel) as zf:
+    names = [n for n in zf.namelist() if n.startswith(prefix) and n.endswith(".py")]
+    if not names:
+        sys.exit(f"setup: {wheel} ships no {prefix}")
+    for name in names:
+        zf.extract(name, dest)
+        print("  " + name)
+PY
+    "$vpy" -c 'import torch; print(torch.__version__)' > "$dest/TORCH_VERSION"
+    echo "$version" > "$dest/READY"
+fi
+
+echo "setup: sglang $version ready in $dest ($(( $(date +%s) - started )) s)"
