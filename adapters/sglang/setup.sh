@@ -4,9 +4,11 @@
 #   - a venv (adapters/sglang/.venv) with CPU torch and numpy;
 #   - the sglang wheel of SGLANG_VERSION (default 0.5.23), fetched with
 #     `pip download --no-deps`, from which only the kvcache sources
-#     (sglang/multimodal_gen/runtime/layers/kvcache/) are extracted into
-#     adapters/sglang/.sglang/<version>/ ; the full package is never installed
-#     (it does not import without a GPU stack).
+#     (sglang/multimodal_gen/runtime/layers/kvcache/) and the QVG cache's
+#     settings dataclass (sglang/multimodal_gen/configs/quantization/qvg_kv.py)
+#     are extracted into adapters/sglang/.sglang/<version>/ ; the full package
+#     is never installed (it does not import without a GPU stack), and
+#     adapters/sglang/loader.py imports the extracted files alone.
 # Idempotent: a step whose result is already there is skipped. Writes the
 # marker adapters/sglang/.sglang/<version>/READY that the opt-in tests and
 # scripts/sglang-findings.sh look for, and prints how long it took.
@@ -67,10 +69,14 @@ if [ ! -f "$dest/READY" ]; then
 import sys, zipfile
 wheel, dest = sys.argv[1], sys.argv[2]
 prefix = "sglang/multimodal_gen/runtime/layers/kvcache/"
+# The QVG cache's quantization settings: a standard-library dataclass that
+# qvg_packed_cache.py imports (absent from releases without the QVG cache).
+config = "sglang/multimodal_gen/configs/quantization/qvg_kv.py"
 with zipfile.ZipFile(wheel) as zf:
     names = [n for n in zf.namelist() if n.startswith(prefix) and n.endswith(".py")]
     if not names:
         sys.exit(f"setup: {wheel} ships no {prefix}")
+    names += [n for n in zf.namelist() if n == config]
     for name in names:
         zf.extract(name, dest)
         print("  " + name)
