@@ -52,15 +52,31 @@ class Inexpressible(Exception):
     """A request no pipeline can make of these classes (e.g. a negative tensor dimension)."""
 
 
-def capabilities(has_qvg):
+def capabilities(version):
+    """What the release's classes can express, read from its sources (so
+    `hello` needs no torch import): releases before 0.5.16 have no pins and
+    no global sink, before 0.5.18 no QVG packed cache."""
+    with open(os.path.join(kvcache_dir(version), "causal_attention_cache.py")) as f:
+        causal = f.read()
+    has_qvg = os.path.isfile(os.path.join(kvcache_dir(version), "qvg_packed_cache.py"))
+    ops = ["write", "reset"]
+    features = ["growth", "head_ranges", "recent_window", "window"]
+    if "def pin_current_chunk" in causal:
+        ops.insert(1, "pin")
+    if "global_sink_tokens" in causal:
+        features.append("global_sink")
     return {
         "variants": ["dense", "packed"] if has_qvg else ["dense"],
         "dtypes": ["f32", "f16", "bf16"],
-        "ops": ["write", "pin", "reset"],
-        "features": ["growth", "head_ranges", "recent_window", "window", "global_sink"],
+        "ops": ops,
+        "features": features,
         "values": True,
         "view": False,
     }
+
+
+def kvcache_dir(version):
+    return os.path.join(loader.version_dir(version), "sglang", "multimodal_gen", "runtime", "layers", "kvcache")
 
 
 class Runtime:
@@ -116,6 +132,10 @@ class Pair:
         index = (torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
         if self.variant == "dense":
             k = torch.zeros(batch, c["capacity"], self.heads, head_dim, dtype=dtype)
+            extra = {}
+            if c.get("global_sink", 0):
+                # Releases before 0.5.16 have no such field (and no pins).
+                extra["global_sink_tokens"] = c["global_sink"]
             return self.rt.causal.CausalSelfAttentionKVCache(
                 k=k,
                 v=torch.zeros_like(k),
@@ -125,7 +145,7 @@ class Pair:
                 sink_tokens=c["sink"],
                 attention_window_size=window,
                 allow_growth=bool(c.get("growth")),
-                global_sink_tokens=c.get("global_sink", 0),
+                **extra,
             )
         policy = c.get("packed") or {}
         return self.rt.qvg.QVGPackedCausalKVCache(
@@ -246,13 +266,7 @@ class Session:
         self.version = version
         self.runtime = Runtime(version)
         self.pair = None
-        has_qvg = os.path.isfile(
-            os.path.join(
-                loader.version_dir(version),
-                "sglang/multimodal_gen/runtime/layers/kvcache/qvg_packed_cache.py",
-            )
-        )
-        self.caps = capabilities(has_qvg)
+        self.caps = capabilities(version)
 
     def handle(self, request):
         if "hello" in request:
