@@ -15,6 +15,7 @@ batch 1-2, heads 1-3, head_dim 1-4, global_sink 0..S.
 both with `kvcheck replay` and with adapters/kvtrace_replay.py.
 
     python3 adapters/clean_protocol.py --count 300 --seed 1 --out target/sglang-clean
+    python3 adapters/clean_protocol.py --subject 'CMD' ...   # only what CMD can express
 """
 
 import argparse
@@ -26,14 +27,17 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_subject import Cache, parse_config  # noqa: E402
-from kvtrace_replay import full_config  # noqa: E402
+from kvtrace_replay import Subject, full_config  # noqa: E402
 
 
-def random_config(rng):
+ALL = {"variants": ["dense", "packed"], "features": ["recent_window", "global_sink"]}
+
+
+def random_config(rng, caps=ALL):
     capacity = rng.randint(2, 16)
     sink = rng.randint(0, min(3, capacity - 1))
     config = {
-        "variant": rng.choice(["dense", "dense", "packed"]),
+        "variant": rng.choice(["dense", "dense", "packed"] if "packed" in caps["variants"] else ["dense"]),
         "batch": rng.randint(1, 2),
         "heads": rng.randint(1, 3),
         "head_dim": rng.randint(1, 4),
@@ -47,7 +51,8 @@ def random_config(rng):
         "seed": rng.randint(0, 1 << 32),
     }
     if config["variant"] == "dense":
-        config["global_sink"] = rng.randint(0, sink)
+        if "global_sink" in caps["features"]:
+            config["global_sink"] = rng.randint(0, sink)
     else:
         config["packed"] = {
             "keep_recent_chunks": rng.randint(0, 3),
@@ -57,7 +62,7 @@ def random_config(rng):
     return config
 
 
-def random_ops(rng, config, max_ops):
+def random_ops(rng, config, max_ops, caps=ALL):
     """Appends at G, each followed by 0-3 in-place rewrites; now and then a reset."""
     room = config["capacity"] - config["sink"]
     ops, global_end = [], 0
@@ -70,7 +75,7 @@ def random_ops(rng, config, max_ops):
         start = global_end
         for _ in range(1 + rng.choice([0, 0, 1, 1, 2, 3])):
             write = {"start": start, "len": n}
-            if rng.random() < 0.3:
+            if "recent_window" in caps["features"] and rng.random() < 0.3:
                 write["recent_window"] = rng.randint(0, room - n)
             ops.append({"write": write})
         global_end = start + n
@@ -94,11 +99,13 @@ def expect(config, ops):
     return out
 
 
-def generate(count, seed, max_ops):
+def generate(count, seed, max_ops, caps=ALL):
+    """`count` traces; `caps` (a subject's hello capabilities) limits the
+    variants and the optional recent window and global sink."""
     rng = random.Random(seed)
     for i in range(count):
-        config = full_config(random_config(rng))
-        ops = random_ops(rng, config, rng.randint(1, max_ops))
+        config = full_config(random_config(rng, caps))
+        ops = random_ops(rng, config, rng.randint(1, max_ops), caps)
         yield i, {
             "format": "kvtrace/1",
             "note": "clean protocol of SPEC.md §8 (adapters/clean_protocol.py --seed %d, trace %d)" % (seed, i),
@@ -114,9 +121,18 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-ops", type=int, default=24)
     parser.add_argument("--out", required=True, help="directory for clean-NNNN.kvtrace.json")
+    parser.add_argument(
+        "--subject",
+        help="command line of a kvcheck-subject/1 process: draw only what its hello says it can express",
+    )
     args = parser.parse_args(argv)
+    caps = ALL
+    if args.subject:
+        subject = Subject(args.subject)
+        caps = dict(ALL, **subject.hello.get("capabilities", {}))
+        subject.close()
     os.makedirs(args.out, exist_ok=True)
-    for i, trace in generate(args.count, args.seed, args.max_ops):
+    for i, trace in generate(args.count, args.seed, args.max_ops, caps):
         with open(os.path.join(args.out, "clean-%04d.kvtrace.json" % i), "w") as f:
             json.dump(trace, f, indent=1)
             f.write("\n")

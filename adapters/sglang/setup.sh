@@ -65,6 +65,8 @@ if [ ! -f "$dest/READY" ]; then
     echo "setup: extracting the kvcache sources of $(basename "$wheel")"
     rm -rf "$dest"
     mkdir -p "$dest"
+    # A release that ships no kvcache sources leaves nothing behind.
+    trap 'rm -rf "$dest"' ERR
     "$vpy" - "$wheel" "$dest" <<'PY'
 import sys, zipfile
 wheel, dest = sys.argv[1], sys.argv[2]

@@ -54,17 +54,24 @@ class Inexpressible(Exception):
 
 def capabilities(version):
     """What the release's classes can express, read from its sources (so
-    `hello` needs no torch import): releases before 0.5.16 have no pins and
-    no global sink, before 0.5.18 no QVG packed cache."""
+    `hello` needs no torch import). The files first ship in 0.5.13; head
+    ranges arrive in 0.5.14, recent windows in 0.5.15, pins and the global
+    sink in 0.5.16, the QVG packed cache in 0.5.18."""
     with open(os.path.join(kvcache_dir(version), "causal_attention_cache.py")) as f:
         causal = f.read()
     has_qvg = os.path.isfile(os.path.join(kvcache_dir(version), "qvg_packed_cache.py"))
     ops = ["write", "reset"]
-    features = ["growth", "head_ranges", "recent_window", "window"]
     if "def pin_current_chunk" in causal:
         ops.insert(1, "pin")
-    if "global_sink_tokens" in causal:
-        features.append("global_sink")
+    features = ["window"]
+    for feature, marker in (
+        ("growth", "allow_growth"),
+        ("head_ranges", "cache_head_start"),
+        ("recent_window", "recent_window_tokens"),
+        ("global_sink", "global_sink_tokens"),
+    ):
+        if marker in causal:
+            features.append(feature)
     return {
         "variants": ["dense", "packed"] if has_qvg else ["dense"],
         "dtypes": ["f32", "f16", "bf16"],
@@ -210,13 +217,19 @@ class Pair:
         tags = torch.arange(length, dtype=torch.float64) + (start + TAG_OFFSET)
         tag = tags.reshape(1, length, 1, 1).expand(1, length, head_count, 1).contiguous()
 
+        # Optional arguments go only when used: early releases lack them.
+        optional = {}
+        if head_start is not None:
+            optional["cache_head_start"] = head_start
+        if recent is not None:
+            optional["recent_window_tokens"] = recent
+
         def call(cache, is_twin):
             return cache.update_and_get_attention_kv(
                 key=tag if is_twin else key,
                 value=tag if is_twin else value,
                 current_chunk_start=start,
-                cache_head_start=head_start,
-                recent_window_tokens=recent,
+                **optional,
             )
 
         twin_view, view = self.both(call)
