@@ -52,6 +52,11 @@ pub enum Error {
     /// The tensor backend failed (allocation, device error).
     #[error("tensor backend: {0}")]
     Backend(#[from] candle_core::Error),
+    /// An implementation outside this crate failed in its own way (a
+    /// cache in another process that crashed or answered nonsense, another
+    /// crate's own error). Harnesses may downcast it to their own type.
+    #[error(transparent)]
+    External(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl Error {

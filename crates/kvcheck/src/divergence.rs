@@ -36,6 +36,21 @@ pub enum DivergenceKind {
     Probe,
     /// The cache failed outside the contract (backend error, bad payload).
     Backend,
+    /// An external subject raised an exception where the model refuses,
+    /// with exact kinds asked for (otherwise that agrees on "refused").
+    Exception,
+    /// An external subject's process exited (or closed its output) before
+    /// answering; the report carries its exit status and stderr tail.
+    Crash,
+    /// An external subject did not answer within the timeout and was killed.
+    Timeout,
+    /// An external subject wrote a line that is not JSON, a response of the
+    /// wrong shape or a payload of the wrong length.
+    Protocol,
+    /// The op needs a capability the subject lacks, so it was not sent.
+    /// Engines never generate such ops and replay reports such traces as
+    /// skipped; it reaches a report only from a caller that did not check.
+    Unsupported,
 }
 
 impl DivergenceKind {
@@ -51,6 +66,11 @@ impl DivergenceKind {
             DivergenceKind::ResidentBytes => "resident_bytes",
             DivergenceKind::Probe => "probe",
             DivergenceKind::Backend => "backend",
+            DivergenceKind::Exception => "exception",
+            DivergenceKind::Crash => "crash",
+            DivergenceKind::Timeout => "timeout",
+            DivergenceKind::Protocol => "protocol",
+            DivergenceKind::Unsupported => "unsupported",
         }
     }
 }
@@ -176,6 +196,9 @@ impl Divergence {
         let name = format!(
             "{}-{}-step{}-{:08x}{EXTENSION}",
             self.subject
+                .chars()
+                .take(48)
+                .collect::<String>()
                 .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             self.kind.name(),
             self.step,
@@ -204,7 +227,7 @@ impl Divergence {
     pub fn replay_command(&self) -> Option<String> {
         let subject = match self.subject.as_str() {
             "dense" | "packed" => String::new(),
-            other => format!(" --subject {other}"),
+            other => format!(" --subject {}", shell_words::quote(other)),
         };
         self.saved.as_ref().map(|p| {
             format!(

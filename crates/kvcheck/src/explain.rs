@@ -185,11 +185,10 @@ fn cells(
 /// step up to the end or the first divergence.
 pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
     let device = Device::Cpu;
-    let cache = subject
-        .open(&trace.config, &device)
-        .map_err(SetupError::CacheRefused)?;
     let name = subject.name(&trace.config);
-    let mut run = Lockstep::with_cache(&trace.config, cache, &name, &device)?;
+    let mut run = Lockstep::open(&trace.config, &subject, &device)?;
+    run.capabilities()
+        .supports_trace(&trace.config, &trace.ops)?;
     let mut ever = BTreeSet::new();
     let mut walk = Walk {
         config: describe_config(&trace.config),

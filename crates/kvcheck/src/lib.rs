@@ -39,6 +39,7 @@ pub mod payload;
 pub mod replay;
 pub mod strategy;
 pub mod subject;
+pub mod suite;
 pub mod trace;
 
 pub use kvmodel::{

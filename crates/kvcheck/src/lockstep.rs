@@ -8,8 +8,16 @@
 //! imply (see [`crate::payload`]). After every refused op a read-only probe
 //! proves that nothing changed. A disagreement is returned as a
 //! [`Divergence`] value; the driver never panics on a cache's behaviour.
+//!
+//! What is compared follows the subject's [`Capabilities`]: a subject
+//! without `values` is compared on outcome, global end and visible
+//! positions only; one without `internals` (an external process) is not
+//! asked for capacity and resident bytes. An external subject's own
+//! misbehaviour (crash, timeout, protocol error) and its exceptions arrive
+//! as [`SubjectFailure`]s and become divergences of their own kinds.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use kvcache::{KvCache, View};
@@ -20,7 +28,7 @@ use crate::divergence::{
     decode_row, describe_outcome, Divergence, DivergenceKind, RowMismatch, RowSource,
 };
 use crate::payload::{expected_view, tensor_values, write_tensor, Kv, RowId};
-use crate::subject::open_cache;
+use crate::subject::{open_cache, Capabilities, OpLink, SubjectFailure, SubjectSpec, Unsupported};
 use crate::trace::Trace;
 
 /// Elements of a payload the driver builds for a write the model refuses;
@@ -36,6 +44,10 @@ pub enum SetupError {
     /// The model accepts the configuration but the cache does not.
     #[error("the model accepts the configuration but the cache refuses it: {0}")]
     CacheRefused(kvcache::Error),
+    /// The configuration needs a capability the subject lacks: nothing to
+    /// check, not a divergence.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
 }
 
 /// The model and one cache, driven in lockstep.
@@ -46,6 +58,9 @@ pub struct Lockstep {
     device: Device,
     ops: Vec<Op>,
     coverage: Coverage,
+    capabilities: Capabilities,
+    exact_kinds: bool,
+    link: Option<Arc<OpLink>>,
 }
 
 impl Lockstep {
@@ -76,6 +91,29 @@ impl Lockstep {
         Ok(Self::assemble(Model::new(config)?, cache, subject, device))
     }
 
+    /// The model and `subject` opened for `config`, compared as its
+    /// capabilities allow. A config the subject cannot express is
+    /// [`SetupError::Unsupported`].
+    pub fn open(
+        config: &Config,
+        subject: &SubjectSpec,
+        device: &Device,
+    ) -> Result<Lockstep, SetupError> {
+        let model = Model::new(config)?;
+        let capabilities = subject
+            .capabilities()
+            .map_err(|f| SetupError::CacheRefused(f.into_cache_error()))?;
+        capabilities.supports_config(config)?;
+        let (cache, link) = subject
+            .open_linked(config, device)
+            .map_err(SetupError::CacheRefused)?;
+        let mut run = Self::assemble(model, cache, &subject.name(config), device);
+        run.capabilities = capabilities;
+        run.exact_kinds = subject.exact_kinds();
+        run.link = link;
+        Ok(run)
+    }
+
     fn assemble(model: Model, cache: Box<dyn KvCache>, subject: &str, device: &Device) -> Lockstep {
         Lockstep {
             model,
@@ -84,7 +122,15 @@ impl Lockstep {
             device: device.clone(),
             ops: Vec::new(),
             coverage: Coverage::default(),
+            capabilities: Capabilities::full(),
+            exact_kinds: true,
+            link: None,
         }
+    }
+
+    /// What the subject can express, which decides what is compared.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 
     /// The reference model's current state.
@@ -125,9 +171,25 @@ impl Lockstep {
 
     /// Applies `op` to both sides and compares everything. Returns the
     /// model's outcome, which the cache matched.
+    ///
+    /// An op the subject cannot express is not sent: it comes back as an
+    /// [`DivergenceKind::Unsupported`] report (engines check
+    /// [`Capabilities::supports_op`] first and never get there).
     pub fn step(&mut self, op: &Op) -> Result<Outcome, Box<Divergence>> {
         let index = self.ops.len();
         self.ops.push(*op);
+        if let Err(unsupported) = self.capabilities.supports_op(op) {
+            let expected = describe_outcome(&self.model.clone().apply(index as u64, op).into());
+            return Err(self.divergence(
+                index,
+                DivergenceKind::Unsupported,
+                expected,
+                unsupported.to_string(),
+            ));
+        }
+        if let Some(link) = &self.link {
+            link.set_index(index as u64);
+        }
         let before = self.model.clone();
         let expected: Outcome = self.model.apply(index as u64, op).into();
         match op {
@@ -137,7 +199,13 @@ impl Lockstep {
                     Op::Rewind { to } => self.cache.rewind(*to),
                     Op::Evict { tokens } => self.cache.evict(*tokens),
                     Op::Pin { tokens } => self.cache.pin(*tokens),
-                    _ => Ok(self.cache.reset()),
+                    _ => {
+                        let g = self.cache.reset();
+                        match self.link.as_ref().and_then(|l| l.take_reset_failure()) {
+                            Some(failure) => Err(failure.into_cache_error()),
+                            None => Ok(g),
+                        }
+                    }
                 };
                 // The global end reported here and the cache's own are
                 // both compared: the first below, the second in check_state.
@@ -209,7 +277,8 @@ impl Lockstep {
         } else {
             0..config.heads
         };
-        let failure = check_view(&self.model, &self.ops, &view, &effect, reported);
+        let values = self.capabilities.values;
+        let failure = check_view(&self.model, &self.ops, &view, &effect, reported, values);
         drop(view);
         match failure {
             None => Ok(()),
@@ -232,6 +301,10 @@ impl Lockstep {
         let actual = match actual {
             Ok(g) => Ok(g),
             Err(kvcache::Error::Contract(e)) => Err(e),
+            Err(other) if SubjectFailure::of(&other).is_some() => {
+                let failure = SubjectFailure::of(&other).expect("checked");
+                return self.compare_failure(index, expected, failure);
+            }
             Err(other) => {
                 return Err(self.divergence(
                     index,
@@ -269,7 +342,41 @@ impl Lockstep {
         }
     }
 
-    /// Global end, capacity and resident bytes after every op.
+    /// An external subject's answer other than `ok` against the model's
+    /// outcome: refusals agree with refusals (kinds compared only with
+    /// exact kinds), misbehaviour is a divergence of its own kind.
+    fn compare_failure(
+        &self,
+        index: usize,
+        expected: &Outcome,
+        failure: &SubjectFailure,
+    ) -> Result<Option<Effect>, Box<Divergence>> {
+        let exact = self.exact_kinds;
+        let kind = match (failure, expected) {
+            (SubjectFailure::Refused { kind, .. }, Outcome::Err(model)) => {
+                if !exact || kind == model {
+                    return Ok(None);
+                }
+                DivergenceKind::Outcome
+            }
+            (SubjectFailure::Exception { .. }, Outcome::Err(_)) => {
+                if !exact {
+                    return Ok(None);
+                }
+                DivergenceKind::Exception
+            }
+            (SubjectFailure::Refused { .. } | SubjectFailure::Exception { .. }, Outcome::Ok(_)) => {
+                DivergenceKind::Outcome
+            }
+            (SubjectFailure::Crash { .. }, _) => DivergenceKind::Crash,
+            (SubjectFailure::Timeout { .. }, _) => DivergenceKind::Timeout,
+            (SubjectFailure::Protocol { .. }, _) => DivergenceKind::Protocol,
+        };
+        Err(self.divergence(index, kind, describe_outcome(expected), failure.to_string()))
+    }
+
+    /// Global end, capacity and resident bytes after every op (the last two
+    /// only for subjects that report their internals).
     fn check_state(&self, index: usize) -> Result<(), Box<Divergence>> {
         let (m, c) = (&self.model, self.cache.as_ref());
         let checks = [
@@ -292,7 +399,8 @@ impl Lockstep {
                 c.resident_bytes(),
             ),
         ];
-        for (kind, what, expected, actual) in checks {
+        let compared = if self.capabilities.internals { 3 } else { 1 };
+        for (kind, what, expected, actual) in checks.into_iter().take(compared) {
             if expected != actual {
                 return Err(self.divergence(
                     index,
@@ -337,10 +445,19 @@ impl Lockstep {
                 let probe = Write::new(self.model.global_end() as i64, 0);
                 self.cache.write(&probe, &empty, &empty)
             }
-            Variant::Packed => self.cache.view(),
+            Variant::Packed if self.capabilities.view => self.cache.view(),
+            // Nothing to probe a packed subject with.
+            Variant::Packed => return Ok(()),
         };
+        let values = self.capabilities.values;
         let failure = match viewed {
-            Ok(view) => check_view(&self.model, &self.ops, &view, &effect, all_heads),
+            Ok(view) => check_view(&self.model, &self.ops, &view, &effect, all_heads, values),
+            Err(e) if SubjectFailure::of(&e).is_some_and(SubjectFailure::is_misbehaviour) => {
+                let failure = SubjectFailure::of(&e).expect("checked");
+                return self
+                    .compare_failure(index, &Outcome::Ok(effect), failure)
+                    .map(|_| ());
+            }
             Err(e) => Some((
                 DivergenceKind::Probe,
                 format!("the read-only probe failed: {e}"),
@@ -397,13 +514,15 @@ type ViewFailure = (DivergenceKind, String, Vec<RowMismatch>);
 /// Rows listed at most in a report.
 const REPORTED_ROWS: usize = 6;
 
-/// Compares a view against the model's expectation. `None` when equal.
+/// Compares a view against the model's expectation (tensors only when the
+/// subject returns `values`). `None` when equal.
 fn check_view(
     model: &Model,
     ops: &[Op],
     view: &View<'_>,
     effect: &Effect,
     heads: Range<usize>,
+    values: bool,
 ) -> Option<ViewFailure> {
     let config = model.config();
     let positions = effect.visible.as_deref().unwrap_or(&[]);
@@ -425,6 +544,9 @@ fn check_view(
             ),
             Vec::new(),
         ));
+    }
+    if !values {
+        return None;
     }
     let shape = [config.batch, positions.len(), heads.len(), config.head_dim];
     for (kv, tensor) in [(Kv::K, &view.k), (Kv::V, &view.v)] {

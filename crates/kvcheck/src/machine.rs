@@ -13,10 +13,21 @@
 //! | `KVCHECK_CASES` | 256 | op sequences per suite |
 //! | `KVCHECK_MAX_OPS` | 40 | longest op sequence |
 //! | `KVCHECK_SEED` | fixed per suite | proptest seed; set it to explore other sequences |
+//! | `KVCHECK_SUBJECT` | `cache` | the subject: `cache`, `reference`, `fault:NAME` or `exec:COMMAND ARGS` |
+//! | `KVCHECK_SUBJECT_TIMEOUT` | 10 | seconds an `exec:` subject has per response |
+//! | `KVCHECK_EXACT_KINDS` | unset | `1`: an `exec:` subject's error kinds must match the model's |
+//!
+//! A suite draws only what its subject can express (see
+//! [`crate::subject::Capabilities`]): a profile none of whose
+//! configurations the subject supports is skipped with the reason, and
+//! events that need a missing capability are not required.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use candle_core::Device;
 
 use proptest::prelude::*;
 use proptest::test_runner::{
@@ -26,8 +37,53 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
 use crate::coverage::Coverage;
 use crate::lockstep::Lockstep;
-use crate::strategy::{ops, Profile, RefState, PROFILES};
+use crate::strategy::{
+    ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
+};
+use crate::subject::{Capabilities, SubjectSpec};
 use kvmodel::Op;
+
+thread_local! {
+    /// The subject of the suite or case running on this thread, with its
+    /// capabilities: proptest-state-machine draws initial states and opens
+    /// the system under test from static functions, so they read it here.
+    static SUBJECT: RefCell<(SubjectSpec, Arc<Capabilities>)> =
+        RefCell::new((SubjectSpec::Cache, Arc::new(Capabilities::full())));
+}
+
+/// Runs `f` with `subject` (and its capabilities) as this thread's subject,
+/// restoring the previous one afterwards.
+fn with_subject<T>(
+    subject: &SubjectSpec,
+    capabilities: Arc<Capabilities>,
+    f: impl FnOnce() -> T,
+) -> T {
+    let previous = SUBJECT.with(|s| s.replace((subject.clone(), capabilities)));
+    let result = f();
+    SUBJECT.with(|s| *s.borrow_mut() = previous);
+    result
+}
+
+fn current_subject() -> (SubjectSpec, Arc<Capabilities>) {
+    SUBJECT.with(|s| s.borrow().clone())
+}
+
+/// The capabilities of `subject`, or a message naming what went wrong.
+fn capabilities_of(subject: &SubjectSpec) -> Result<Arc<Capabilities>, String> {
+    subject.capabilities().map(Arc::new).map_err(|f| {
+        format!(
+            "cannot ask {} for its capabilities: {f}",
+            subject_label(subject)
+        )
+    })
+}
+
+fn subject_label(subject: &SubjectSpec) -> String {
+    match subject {
+        SubjectSpec::Cache => "the shipped caches".to_string(),
+        other => other.name(&kvmodel::Config::dense(1)),
+    }
+}
 
 /// A profile as a type, for proptest-state-machine.
 pub trait Family: 'static {
@@ -77,8 +133,9 @@ impl<F: Family> ReferenceStateMachine for KvReference<F> {
     type Transition = Op;
 
     fn init_state() -> BoxedStrategy<RefState> {
-        (F::PROFILE.configs)()
-            .prop_map(|config| RefState::new(&config))
+        let (_, capabilities) = current_subject();
+        profile_configs(F::PROFILE, Arc::clone(&capabilities))
+            .prop_map(move |config| RefState::for_subject(&config, Arc::clone(&capabilities)))
             .boxed()
     }
 
@@ -115,8 +172,10 @@ impl<F: Family> StateMachineTest for KvLockstep<F> {
     type Reference = KvReference<F>;
 
     fn init_test(state: &RefState) -> Lockstep {
-        Lockstep::new(state.model.config())
-            .unwrap_or_else(|e| panic!("cannot build the cache: {e}"))
+        let (subject, _) = current_subject();
+        Lockstep::open(state.model.config(), &subject, &Device::Cpu).unwrap_or_else(|e| {
+            std::panic::resume_unwind(Box::new(format!("cannot build the subject: {e}")))
+        })
     }
 
     fn apply(mut lockstep: Lockstep, _state: &RefState, op: Op) -> Lockstep {
@@ -146,11 +205,15 @@ pub struct SuiteSettings {
     pub max_ops: usize,
     /// `KVCHECK_SEED`; `None` means a fixed seed per profile.
     pub seed: Option<u64>,
+    /// `KVCHECK_SUBJECT` (with `KVCHECK_SUBJECT_TIMEOUT` and
+    /// `KVCHECK_EXACT_KINDS`); default: the shipped caches.
+    pub subject: SubjectSpec,
 }
 
 impl SuiteSettings {
-    /// Reads `KVCHECK_CASES`, `KVCHECK_MAX_OPS` and `KVCHECK_SEED`; a value
-    /// that does not parse is an error naming the variable.
+    /// Reads `KVCHECK_CASES`, `KVCHECK_MAX_OPS`, `KVCHECK_SEED` and
+    /// `KVCHECK_SUBJECT`; a value that does not parse is an error naming the
+    /// variable.
     pub fn from_env() -> Result<SuiteSettings, String> {
         fn var<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String> {
             match std::env::var(name) {
@@ -166,7 +229,14 @@ impl SuiteSettings {
             cases: var("KVCHECK_CASES")?.unwrap_or(256),
             max_ops: var("KVCHECK_MAX_OPS")?.unwrap_or(40).max(1),
             seed: var("KVCHECK_SEED")?,
+            subject: SubjectSpec::from_env()?,
         })
+    }
+
+    /// The same settings checking `subject`.
+    pub fn with_subject(mut self, subject: SubjectSpec) -> SuiteSettings {
+        self.subject = subject;
+        self
     }
 
     /// The proptest configuration for `profile`.
@@ -187,9 +257,26 @@ impl SuiteSettings {
     }
 }
 
-/// Runs the suite of family `F`. Returns its coverage, or a message naming
-/// the divergence (with the saved shrunk trace) or the events never reached.
+/// Runs the suite of family `F` on `settings.subject`. Returns its
+/// coverage, or a message naming the divergence (with the saved shrunk
+/// trace) or the events never reached. A profile the subject cannot run at
+/// all (see [`profile_support`]) is skipped: a line on stderr says why and
+/// the coverage is empty.
 pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, String> {
+    let capabilities = capabilities_of(&settings.subject)?;
+    if let Err(unsupported) = profile_support(F::PROFILE, &capabilities) {
+        eprintln!("skipped: {unsupported}");
+        return Ok(Coverage::default());
+    }
+    with_subject(&settings.subject, Arc::clone(&capabilities), || {
+        run_family::<F>(settings, &capabilities)
+    })
+}
+
+fn run_family<F: Family>(
+    settings: &SuiteSettings,
+    capabilities: &Capabilities,
+) -> Result<Coverage, String> {
     let profile = F::PROFILE;
     let config = settings.proptest_config(profile);
     COVERAGE.with(|c| *c.borrow_mut() = Coverage::default());
@@ -219,20 +306,28 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
         Ok(()) => {}
         Err(TestError::Fail(reason, (_, transitions, _))) => {
             return Err(format!(
-                "profile {}: divergence found in case {} of {}, shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: cargo run --release -p kvcheck -- replay {}",
+                "profile {}: divergence found in case {} of {} on {} ({}), shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: cargo run --release -p kvcheck -- replay {}{}",
                 profile.name,
                 first_failure.get().unwrap_or(0),
                 settings.cases,
+                subject_label(&settings.subject),
+                settings.subject.kinds_mode(),
                 transitions.len(),
                 runs.get().saturating_sub(first_failure.get().unwrap_or(0)),
                 reason.message(),
                 failure_path(profile).display(),
-                failure_path(profile).display()
+                failure_path(profile).display(),
+                match &settings.subject {
+                    SubjectSpec::Cache => String::new(),
+                    SubjectSpec::Factory(_) => " --subject <this factory: use kvcheck::suite::replay>".to_string(),
+                    other => format!(" --subject {}", shell_words::quote(&subject_label(other))),
+                }
             ))
         }
         Err(TestError::Abort(reason)) => return Err(format!("profile {}: aborted: {reason}", profile.name)),
     }
-    let missing = coverage.missing(profile.required);
+    let required = required_events(profile, capabilities);
+    let missing = coverage.missing(&required);
     if !missing.is_empty() {
         return Err(format!(
             "profile {}: {} cases never reached {:?}; the op strategy is too weak for it\ncoverage:\n{coverage}",
@@ -252,15 +347,32 @@ pub struct CaseOutcome {
     pub divergence: Option<Box<crate::divergence::Divergence>>,
 }
 
-/// Draws one op sequence of family `F` from `runner` and checks it.
+/// Draws one op sequence of family `F` from `runner` and checks it on the
+/// shipped caches.
 pub fn run_case<F: Family>(runner: &mut TestRunner, max_ops: usize) -> Result<CaseOutcome, String> {
+    run_case_on::<F>(runner, max_ops, &SubjectSpec::Cache)
+}
+
+/// Draws one op sequence of family `F` within `subject`'s capabilities
+/// from `runner` and checks it on `subject`. A profile the subject cannot
+/// run at all is an error saying so.
+pub fn run_case_on<F: Family>(
+    runner: &mut TestRunner,
+    max_ops: usize,
+    subject: &SubjectSpec,
+) -> Result<CaseOutcome, String> {
     use proptest::strategy::{Strategy as _, ValueTree as _};
-    let strategy = KvReference::<F>::sequential_strategy(1..=max_ops.max(1));
+    let capabilities = capabilities_of(subject)?;
+    profile_support(F::PROFILE, &capabilities).map_err(|e| e.to_string())?;
+    let strategy = with_subject(subject, capabilities, || {
+        KvReference::<F>::sequential_strategy(1..=max_ops.max(1))
+    });
     let (state, transitions, _) = strategy
         .new_tree(runner)
         .map_err(|e| e.to_string())?
         .current();
-    let mut lockstep = Lockstep::new(state.model.config()).map_err(|e| e.to_string())?;
+    let mut lockstep =
+        Lockstep::open(state.model.config(), subject, &Device::Cpu).map_err(|e| e.to_string())?;
     let mut outcome = CaseOutcome {
         ops_checked: 0,
         coverage: Coverage::default(),
@@ -278,17 +390,30 @@ pub fn run_case<F: Family>(runner: &mut TestRunner, max_ops: usize) -> Result<Ca
 }
 
 /// A case runner per entry of [`PROFILES`], in the same order.
-pub type CaseRunner = fn(&mut TestRunner, usize) -> Result<CaseOutcome, String>;
+pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, String>;
 
-/// [`run_case`] for each profile, aligned with [`PROFILES`].
+/// [`run_case_on`] for each profile, aligned with [`PROFILES`].
 pub const CASE_RUNNERS: [CaseRunner; 9] = [
-    run_case::<Tiny>,
-    run_case::<Sinks>,
-    run_case::<Window>,
-    run_case::<Pins>,
-    run_case::<Growth>,
-    run_case::<MultiHead>,
-    run_case::<BatchTwo>,
-    run_case::<Half>,
-    run_case::<Packed>,
+    run_case_on::<Tiny>,
+    run_case_on::<Sinks>,
+    run_case_on::<Window>,
+    run_case_on::<Pins>,
+    run_case_on::<Growth>,
+    run_case_on::<MultiHead>,
+    run_case_on::<BatchTwo>,
+    run_case_on::<Half>,
+    run_case_on::<Packed>,
+];
+
+/// [`check_family`] for each profile, aligned with [`PROFILES`].
+pub const SUITES: [fn(&SuiteSettings) -> Result<Coverage, String>; 9] = [
+    check_family::<Tiny>,
+    check_family::<Sinks>,
+    check_family::<Window>,
+    check_family::<Pins>,
+    check_family::<Growth>,
+    check_family::<MultiHead>,
+    check_family::<BatchTwo>,
+    check_family::<Half>,
+    check_family::<Packed>,
 ];

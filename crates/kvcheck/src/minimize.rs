@@ -187,13 +187,16 @@ pub enum MinimizeError {
 }
 
 /// Runs `ops` on `config` with `subject` in lockstep with the model and
-/// returns its divergence, if any. A subject that refuses the config counts
-/// as "no divergence" so that config shrinking never trades the failure for
-/// a setup error.
-pub fn run_subject(config: &Config, ops: &[Op], subject: SubjectSpec) -> Option<Box<Divergence>> {
+/// returns its divergence, if any. A subject that refuses the config, or
+/// cannot express the config or an op (its [`Capabilities`]), counts as "no
+/// divergence" so that shrinking never trades the failure for a setup error
+/// and never introduces what the subject does not support.
+///
+/// [`Capabilities`]: crate::subject::Capabilities
+pub fn run_subject(config: &Config, ops: &[Op], subject: &SubjectSpec) -> Option<Box<Divergence>> {
     let device = Device::Cpu;
-    let cache = subject.open(config, &device).ok()?;
-    let mut lockstep = Lockstep::with_cache(config, cache, &subject.name(config), &device).ok()?;
+    let mut lockstep = Lockstep::open(config, subject, &device).ok()?;
+    lockstep.capabilities().supports_trace(config, ops).ok()?;
     lockstep.run(ops).err()
 }
 
@@ -205,10 +208,14 @@ pub fn minimize(
     max_tests: usize,
 ) -> Result<Minimized, MinimizeError> {
     let device = Device::Cpu;
-    subject
-        .open(&trace.config, &device)
+    let lockstep = Lockstep::open(&trace.config, &subject, &device)
         .map_err(|e| MinimizeError::Setup(e.to_string()))?;
-    let divergence = run_subject(&trace.config, &trace.ops, subject).ok_or_else(|| {
+    lockstep
+        .capabilities()
+        .supports_trace(&trace.config, &trace.ops)
+        .map_err(|e| MinimizeError::Setup(e.to_string()))?;
+    drop(lockstep);
+    let divergence = run_subject(&trace.config, &trace.ops, &subject).ok_or_else(|| {
         MinimizeError::DoesNotFail {
             subject: subject.name(&trace.config),
             ops: trace.ops.len(),
@@ -307,7 +314,7 @@ impl Reducer {
             return false;
         }
         self.tests += 1;
-        let Some(d) = run_subject(config, ops, self.subject) else {
+        let Some(d) = run_subject(config, ops, &self.subject) else {
             return false;
         };
         if Signature::of(&d) != self.signature {

@@ -47,6 +47,10 @@ pub struct ReplayReport {
     pub divergence: Option<Box<Divergence>>,
     /// The subject could not be built for this config.
     pub setup_error: Option<String>,
+    /// The trace needs a capability the subject lacks (`unsupported by the
+    /// subject: …`): it was not run on the subject, which is neither a pass
+    /// nor a divergence.
+    pub skipped: Option<String>,
 }
 
 impl ReplayReport {
@@ -143,21 +147,23 @@ pub fn replay(
         path: path.map(Path::to_path_buf),
         steps,
         expect_mismatch,
-        subject: subject.map(|s| s.name(&trace.config)),
+        subject: subject.as_ref().map(|s| s.name(&trace.config)),
         divergence: None,
         setup_error: None,
+        skipped: None,
     };
     let Some(subject) = subject else {
         return report;
     };
     let device = Device::Cpu;
-    let lockstep = subject
-        .open(&trace.config, &device)
-        .map_err(SetupError::CacheRefused)
-        .and_then(|cache| {
-            Lockstep::with_cache(&trace.config, cache, &subject.name(&trace.config), &device)
-        });
+    let lockstep = Lockstep::open(&trace.config, &subject, &device).and_then(|lockstep| {
+        lockstep
+            .capabilities()
+            .supports_trace(&trace.config, &trace.ops)?;
+        Ok(lockstep)
+    });
     match lockstep {
+        Err(SetupError::Unsupported(e)) => report.skipped = Some(e.to_string()),
         Err(e) => report.setup_error = Some(e.to_string()),
         Ok(mut lockstep) => {
             if let Err(mut divergence) = lockstep.run(&trace.ops) {

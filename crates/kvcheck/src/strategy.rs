@@ -7,9 +7,20 @@
 //! larger than `C − S`, recent windows (negative too), head ranges (invalid
 //! too), rewinds into evicted history, evicts, pins, resets, zero-length
 //! probes and negative numbers.
+//!
+//! Everything is drawn within the subject's [`Capabilities`] (carried by
+//! [`RefState`]): op kinds, head ranges and recent windows it lacks are
+//! never generated, and [`profile_configs`] keeps only the configurations
+//! it can open.
+
+use std::sync::Arc;
 
 use kvmodel::{Config, Dtype, Model, Op, PackedPolicy, Quant, Variant};
 use proptest::prelude::*;
+use proptest::strategy::Union;
+use proptest::test_runner::TestRunner;
+
+use crate::subject::{Capabilities, Feature, OpKind, Unsupported};
 
 /// The reference state the strategies look at: the model plus the last
 /// append, which denoise-style rewrites repeat.
@@ -21,15 +32,25 @@ pub struct RefState {
     pub last_append: Option<(u64, u64)>,
     /// Ops applied so far (the next op's index).
     pub steps: u64,
+    /// What the subject can express: the strategies draw nothing else.
+    pub capabilities: Arc<Capabilities>,
 }
 
 impl RefState {
-    /// A fresh state for `config` (which must be valid).
+    /// A fresh state for `config` (which must be valid), for a subject with
+    /// every capability.
     pub fn new(config: &Config) -> RefState {
+        Self::for_subject(config, Arc::new(Capabilities::full()))
+    }
+
+    /// A fresh state for `config` (which must be valid), drawing only what
+    /// `capabilities` allow.
+    pub fn for_subject(config: &Config, capabilities: Arc<Capabilities>) -> RefState {
         RefState {
             model: Model::new(config).expect("profiles generate valid configs"),
             last_append: None,
             steps: 0,
+            capabilities,
         }
     }
 
@@ -83,15 +104,37 @@ fn lengths(capacity: i64, sink: i64) -> BoxedStrategy<i64> {
     .boxed()
 }
 
+/// Draws from the arms whose op kind the subject implements.
+fn weighted(
+    caps: &Capabilities,
+    arms: Vec<(u32, Option<OpKind>, BoxedStrategy<Op>)>,
+) -> BoxedStrategy<Op> {
+    let arms: Vec<(u32, BoxedStrategy<Op>)> = arms
+        .into_iter()
+        .filter(|(_, kind, _)| kind.is_none_or(|kind| caps.has_op(kind)))
+        .map(|(weight, _, arm)| (weight, arm))
+        .collect();
+    Union::new_weighted(arms).boxed()
+}
+
 /// The ops to try next from `state`.
 pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
     let model = &state.model;
+    let caps = state.capabilities.as_ref();
     let config = model.config();
     let g = model.global_end() as i64;
     let c = model.capacity() as i64;
     let s = config.sink as i64;
-    let heads = head_ranges(config.heads as i64);
-    let recent = recent_windows(c);
+    let heads = if caps.has(Feature::HeadRanges) {
+        head_ranges(config.heads as i64)
+    } else {
+        Just(None).boxed()
+    };
+    let recent = if caps.has(Feature::RecentWindow) {
+        recent_windows(c)
+    } else {
+        Just(None).boxed()
+    };
     let append = (lengths(c, s), heads.clone(), recent.clone())
         .prop_map(move |(n, h, r)| Op::write(g, n, h, r));
     let denoise = match state.last_append {
@@ -100,13 +143,17 @@ pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
             .boxed(),
         None => append.clone().boxed(),
     };
-    let negative = prop_oneof![
-        Just(Op::write(-1, 1, None, None)),
-        Just(Op::write(0, -1, None, None)),
-        Just(Op::Rewind { to: -1 }),
-        Just(Op::Evict { tokens: -1 }),
-        Just(Op::Pin { tokens: -1 }),
-    ];
+    let negative: Vec<Op> = [
+        Op::write(-1, 1, None, None),
+        Op::write(0, -1, None, None),
+        Op::Rewind { to: -1 },
+        Op::Evict { tokens: -1 },
+        Op::Pin { tokens: -1 },
+    ]
+    .into_iter()
+    .filter(|op| caps.supports_op(op).is_ok())
+    .collect();
+    let negative = proptest::sample::select(negative).boxed();
     let probe = (0..=g + 1, recent.clone()).prop_map(|(start, r)| Op::write(start, 0, None, r));
     match config.variant {
         Variant::Dense => {
@@ -118,20 +165,36 @@ pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
                 (1..=3i64, 1..=c).prop_map(move |(skip, n)| Op::write(g + skip, n, None, None));
             let anywhere = (0..=g, 1..=c, heads.clone())
                 .prop_map(|(start, n, h)| Op::write(start, n, h, None));
-            prop_oneof![
-                10 => append,
-                6 => denoise,
-                2 => overlap,
-                1 => gap,
-                2 => anywhere,
-                1 => probe,
-                2 => (0..=g + 1).prop_map(|to| Op::Rewind { to }),
-                2 => (0..=evictable + 1).prop_map(|tokens| Op::Evict { tokens }),
-                2 => (0..=g + 1).prop_map(|tokens| Op::Pin { tokens }),
-                1 => Just(Op::Reset),
-                1 => negative,
-            ]
-            .boxed()
+            weighted(
+                caps,
+                vec![
+                    (10, None, append.boxed()),
+                    (6, None, denoise),
+                    (2, None, overlap.boxed()),
+                    (1, None, gap.boxed()),
+                    (2, None, anywhere.boxed()),
+                    (1, None, probe.boxed()),
+                    (
+                        2,
+                        Some(OpKind::Rewind),
+                        (0..=g + 1).prop_map(|to| Op::Rewind { to }).boxed(),
+                    ),
+                    (
+                        2,
+                        Some(OpKind::Evict),
+                        (0..=evictable + 1)
+                            .prop_map(|tokens| Op::Evict { tokens })
+                            .boxed(),
+                    ),
+                    (
+                        2,
+                        Some(OpKind::Pin),
+                        (0..=g + 1).prop_map(|tokens| Op::Pin { tokens }).boxed(),
+                    ),
+                    (1, Some(OpKind::Reset), Just(Op::Reset).boxed()),
+                    (1, None, negative),
+                ],
+            )
         }
         Variant::Packed => {
             let mut boundaries: Vec<i64> = model
@@ -141,22 +204,45 @@ pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
                 .collect();
             boundaries.extend([0, g]);
             let boundary = proptest::sample::select(boundaries).prop_map(|to| Op::Rewind { to });
-            let unsupported = prop_oneof![
-                (0..=g, 0..=c).prop_map(|(start, n)| Op::write(start, n, None, None)),
-                (0..=3i64).prop_map(|tokens| Op::Evict { tokens }),
-                (0..=3i64).prop_map(|tokens| Op::Pin { tokens }),
-                (0..=g + 1).prop_map(|to| Op::Rewind { to }),
-            ];
-            prop_oneof![
-                10 => append,
-                8 => denoise,
-                2 => boundary,
-                1 => probe,
-                2 => unsupported,
-                1 => Just(Op::Reset),
-                1 => negative,
-            ]
-            .boxed()
+            let unsupported = weighted(
+                caps,
+                vec![
+                    (
+                        1,
+                        None,
+                        (0..=g, 0..=c)
+                            .prop_map(|(start, n)| Op::write(start, n, None, None))
+                            .boxed(),
+                    ),
+                    (
+                        1,
+                        Some(OpKind::Evict),
+                        (0..=3i64).prop_map(|tokens| Op::Evict { tokens }).boxed(),
+                    ),
+                    (
+                        1,
+                        Some(OpKind::Pin),
+                        (0..=3i64).prop_map(|tokens| Op::Pin { tokens }).boxed(),
+                    ),
+                    (
+                        1,
+                        Some(OpKind::Rewind),
+                        (0..=g + 1).prop_map(|to| Op::Rewind { to }).boxed(),
+                    ),
+                ],
+            );
+            weighted(
+                caps,
+                vec![
+                    (10, None, append.boxed()),
+                    (8, None, denoise),
+                    (2, Some(OpKind::Rewind), boundary.boxed()),
+                    (1, None, probe.boxed()),
+                    (2, None, unsupported),
+                    (1, Some(OpKind::Reset), Just(Op::Reset).boxed()),
+                    (1, None, negative),
+                ],
+            )
         }
     }
 }
@@ -407,6 +493,65 @@ pub const PROFILES: &[Profile] = &[
         ],
     },
 ];
+
+/// Configurations of `profile` drawn sampled at most to decide whether a
+/// subject supports any of them.
+const PROFILE_SAMPLES: usize = 256;
+
+/// `Ok` when `capabilities` allow some configuration of `profile` (judged
+/// on a fixed sample of its configurations); otherwise why not.
+pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result<(), Unsupported> {
+    use proptest::strategy::ValueTree as _;
+    let mut runner = TestRunner::deterministic();
+    let configs = (profile.configs)();
+    let mut first = None;
+    for _ in 0..PROFILE_SAMPLES {
+        let Ok(tree) = configs.new_tree(&mut runner) else {
+            break;
+        };
+        match capabilities.supports_config(&tree.current()) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(Unsupported {
+        what: format!(
+            "profile {} ({}): {}",
+            profile.name,
+            profile.about,
+            first.map_or_else(|| "no configuration drawn".to_string(), |e| e.what)
+        ),
+    })
+}
+
+/// The configurations of `profile` that `capabilities` allow (check
+/// [`profile_support`] first: a profile with none rejects every draw).
+pub fn profile_configs(
+    profile: &Profile,
+    capabilities: Arc<Capabilities>,
+) -> BoxedStrategy<Config> {
+    if capabilities.is_full() {
+        return (profile.configs)();
+    }
+    (profile.configs)()
+        .prop_filter("unsupported by the subject", move |config| {
+            capabilities.supports_config(config).is_ok()
+        })
+        .boxed()
+}
+
+/// The events of `profile.required` that can happen on a subject with
+/// `capabilities` (see [`Capabilities::allows_event`]).
+pub fn required_events(profile: &Profile, capabilities: &Capabilities) -> Vec<&'static str> {
+    profile
+        .required
+        .iter()
+        .copied()
+        .filter(|event| capabilities.allows_event(event))
+        .collect()
+}
 
 /// Looks a profile up by name.
 pub fn profile(name: &str) -> Option<&'static Profile> {

@@ -65,7 +65,7 @@ fn assert_one_minimal(trace: &Trace, subject: SubjectSpec, signature: Signature)
     for i in 0..trace.ops.len() {
         let mut ops = trace.ops.clone();
         ops.remove(i);
-        let kept = run_subject(&trace.config, &ops, subject).map(|d| Signature::of(&d));
+        let kept = run_subject(&trace.config, &ops, &subject).map(|d| Signature::of(&d));
         assert_ne!(
             kept,
             Some(signature),
@@ -79,8 +79,8 @@ fn assert_one_minimal(trace: &Trace, subject: SubjectSpec, signature: Signature)
 fn stale_rewrite_shrinks_to_append_and_rewrite() {
     let subject = SubjectSpec::Fault(Fault::StaleRewrite);
     let trace = long_trace(7);
-    let original = run_subject(&trace.config, &trace.ops, subject).expect("the fault shows");
-    let m = minimize(&trace, subject, 2000).unwrap();
+    let original = run_subject(&trace.config, &trace.ops, &subject).expect("the fault shows");
+    let m = minimize(&trace, subject.clone(), 2000).unwrap();
     assert_eq!(Signature::of(&m.divergence), Signature::of(&original));
     assert!(m.one_minimal);
     // A rewrite needs something to rewrite: one append, one rewrite, one
@@ -99,16 +99,16 @@ fn long_failing_traces_shrink_keep_the_failure_and_are_one_minimal() {
     for fault in Fault::ALL {
         let subject = SubjectSpec::Fault(fault);
         let Some((trace, original)) = (0..50).map(long_trace).find_map(|t| {
-            let d = run_subject(&t.config, &t.ops, subject)?;
+            let d = run_subject(&t.config, &t.ops, &subject)?;
             (d.step >= 10).then_some((t, d))
         }) else {
             panic!("no generated trace fails late on {fault:?}");
         };
-        let m = minimize(&trace, subject, 2000).unwrap();
+        let m = minimize(&trace, subject.clone(), 2000).unwrap();
         assert!(m.after < m.before, "{fault:?}: {} → {}", m.before, m.after);
         assert!(m.trace.ops.len() < trace.ops.len());
         assert!(m.trace.ops.len() <= original.step);
-        let again = run_subject(&m.trace.config, &m.trace.ops, subject).expect("still fails");
+        let again = run_subject(&m.trace.config, &m.trace.ops, &subject).expect("still fails");
         assert_eq!(Signature::of(&again), Signature::of(&original), "{fault:?}");
         assert!(m.one_minimal, "{fault:?}");
         assert_one_minimal(&m.trace, subject, Signature::of(&original));
@@ -122,9 +122,9 @@ fn minimizing_twice_changes_nothing() {
     let subject = SubjectSpec::Fault(Fault::ForgetSinkAfterEviction);
     let trace = (0..50)
         .map(long_trace)
-        .find(|t| run_subject(&t.config, &t.ops, subject).is_some())
+        .find(|t| run_subject(&t.config, &t.ops, &subject).is_some())
         .unwrap();
-    let once = minimize(&trace, subject, 2000).unwrap();
+    let once = minimize(&trace, subject.clone(), 2000).unwrap();
     let twice = minimize(&once.trace, subject, 2000).unwrap();
     assert_eq!(once.trace.ops, twice.trace.ops);
     assert_eq!(once.trace.config, twice.trace.config);

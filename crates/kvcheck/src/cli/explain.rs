@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use kvcheck::explain::html::render_html;
 use kvcheck::explain::{render_text, walk};
-use kvcheck::subject::SubjectSpec;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -14,9 +13,8 @@ use super::{EXIT_INPUT, EXIT_MISMATCH};
 pub struct Args {
     /// The trace to explain.
     file: PathBuf,
-    /// What to check against the model: `cache`, `reference` or `fault:NAME`.
-    #[arg(long, default_value = "cache")]
-    subject: SubjectSpec,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
     /// Also write the walk as a self-contained HTML page (a coloured grid,
     /// a row per step and a column per position) to this file.
     #[arg(long, value_name = "OUT")]
@@ -28,7 +26,7 @@ pub fn run(args: Args) -> ExitCode {
         Ok(trace) => trace,
         Err(code) => return code,
     };
-    match walk(&trace, args.subject) {
+    match walk(&trace, args.subject.spec()) {
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());
             ExitCode::from(EXIT_INPUT)

@@ -11,7 +11,6 @@ use kvcheck::divergence::{describe_config, Divergence};
 use kvcheck::explore::{
     all_required_events, default_depth, grid, missing, Alphabet, ExploreReport, Explorer,
 };
-use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::Trace;
 use kvcheck::{Config, Variant};
 
@@ -45,9 +44,8 @@ pub struct Args {
     /// Heads of the built-in config.
     #[arg(long, default_value_t = 1)]
     heads: usize,
-    /// What to check against the model: `cache`, `reference` or `fault:NAME`.
-    #[arg(long, default_value = "cache")]
-    subject: SubjectSpec,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
     /// `full` or `small` (head ranges and recent windows on appends only).
     #[arg(long, default_value = "full")]
     alphabet: Alphabet,
@@ -107,13 +105,15 @@ pub fn run(args: Args) -> ExitCode {
         args.alphabet
     };
     let depth = args.depth.unwrap_or_else(default_depth);
+    let subject = args.subject.spec();
+    super::announce(&subject);
     let limit = args.time_limit.map(Duration::from_secs_f64);
     let bar = progress_bar(configs.len());
     let started = Instant::now();
     let mut reports = Vec::new();
     for config in &configs {
         let remaining = limit.map(|l| l.saturating_sub(started.elapsed()));
-        let explorer = Explorer::new(config, args.subject)
+        let explorer = Explorer::new(config, subject.clone())
             .depth(depth)
             .alphabet(alphabet)
             .prefix(prefix.clone())

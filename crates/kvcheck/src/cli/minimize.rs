@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kvcheck::minimize::{max_tests_default, minimize, Minimized};
-use kvcheck::subject::SubjectSpec;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -15,9 +14,8 @@ pub struct Args {
     /// Write the minimized trace here instead of standard output.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// What to check against the model: `cache`, `reference` or `fault:NAME`.
-    #[arg(long, default_value = "cache")]
-    subject: SubjectSpec,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
     /// Most lockstep runs to spend [default: $KVCHECK_MAX_TESTS, else 2000].
     #[arg(long)]
     max_tests: Option<usize>,
@@ -28,9 +26,11 @@ pub fn run(args: Args) -> ExitCode {
         Ok(trace) => trace,
         Err(code) => return code,
     };
+    let subject = args.subject.spec();
+    super::announce(&subject);
     let minimized = match minimize(
         &trace,
-        args.subject,
+        subject,
         args.max_tests.unwrap_or_else(max_tests_default),
     ) {
         Ok(m) => m,

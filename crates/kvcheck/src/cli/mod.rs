@@ -107,6 +107,48 @@ pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, ExitC
     })
 }
 
+/// The subject options every engine takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SubjectArgs {
+    /// What to check against the model: `cache` (the shipped cache for the
+    /// trace's variant), `reference` (the naive cache), `fault:NAME`, or
+    /// `exec:'COMMAND ARGS'` (a process speaking kvcheck-subject/1, see
+    /// docs/subject-protocol.md).
+    #[arg(long, default_value = "cache")]
+    subject: kvcheck::subject::SubjectSpec,
+    /// Seconds an `exec:` subject has for each response before it is killed
+    /// and reported as a timeout [default: $KVCHECK_SUBJECT_TIMEOUT, else 10].
+    #[arg(long, value_parser = kvcheck::subject::parse_timeout)]
+    subject_timeout: Option<std::time::Duration>,
+    /// An `exec:` subject's `err` kinds must match the model's, and its
+    /// exceptions are divergences [default: $KVCHECK_EXACT_KINDS, else any
+    /// refusal agrees with any refusal].
+    #[arg(long)]
+    exact_kinds: bool,
+}
+
+impl SubjectArgs {
+    /// The subject with the timeout and kinds options applied.
+    pub fn spec(&self) -> kvcheck::subject::SubjectSpec {
+        self.subject
+            .clone()
+            .with_exec_options(self.subject_timeout, self.exact_kinds)
+    }
+}
+
+/// One line on stderr saying how an external subject's refusals are
+/// compared (nothing for in-process subjects, whose kinds always match).
+pub fn announce(subject: &kvcheck::subject::SubjectSpec) {
+    if let kvcheck::subject::SubjectSpec::Exec(exec) = subject {
+        eprintln!(
+            "subject exec:{} (timeout {}s; {})",
+            exec.command(),
+            exec.timeout().as_secs_f64(),
+            subject.kinds_mode()
+        );
+    }
+}
+
 /// A path argument that defaults to the failures directory.
 pub fn failures_dir(out: Option<PathBuf>) -> PathBuf {
     out.unwrap_or_else(|| PathBuf::from(DEFAULT_FAILURES_DIR))

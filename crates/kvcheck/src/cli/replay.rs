@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kvcheck::replay::{replay, ReplayReport};
-use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::{collect_trace_files, Trace};
 use serde_json::json;
 
@@ -15,10 +14,8 @@ pub struct Args {
     /// Trace files, or directories walked for `*.kvtrace.json`.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// What to check against the model: `cache` (the shipped cache for the
-    /// trace's variant), `reference` (the naive cache) or `fault:NAME`.
-    #[arg(long, default_value = "cache")]
-    subject: SubjectSpec,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
     /// Only replay through the model and check `expect`.
     #[arg(long)]
     model_only: bool,
@@ -46,8 +43,11 @@ pub fn run(args: Args) -> ExitCode {
         return ExitCode::from(EXIT_INPUT);
     }
     let failures = failures_dir(args.out.clone());
-    let subject = (!args.model_only).then_some(args.subject);
-    let (mut passed, mut failed, mut unreadable) = (0, 0, 0);
+    let subject = (!args.model_only).then(|| args.subject.spec());
+    if let Some(subject) = &subject {
+        super::announce(subject);
+    }
+    let (mut passed, mut failed, mut unreadable, mut skipped) = (0, 0, 0, 0);
     let mut json_results = Vec::new();
     for file in &files {
         let trace = match Trace::load(file) {
@@ -62,8 +62,10 @@ pub fn run(args: Args) -> ExitCode {
                 continue;
             }
         };
-        let report = replay(&trace, Some(file), subject, Some(&failures));
-        if report.passed() {
+        let report = replay(&trace, Some(file), subject.clone(), Some(&failures));
+        if report.skipped.is_some() {
+            skipped += 1;
+        } else if report.passed() {
             passed += 1;
         } else {
             failed += 1;
@@ -81,7 +83,12 @@ pub fn run(args: Args) -> ExitCode {
         );
     } else {
         println!(
-            "{passed} passed, {failed} failed{}",
+            "{passed} passed, {failed} failed{}{}",
+            if skipped > 0 {
+                format!(", {skipped} skipped (unsupported by the subject)")
+            } else {
+                String::new()
+            },
             if unreadable > 0 {
                 format!(", {unreadable} unreadable")
             } else {
@@ -108,7 +115,11 @@ fn print_report(report: &ReplayReport, trace: &Trace, quiet: bool) {
         Some(subject) => format!("model + {subject}"),
         None => "model".to_string(),
     };
-    let status = if report.passed() { "PASS " } else { "FAIL " };
+    let status = match (&report.skipped, report.passed()) {
+        (Some(_), _) => "SKIP ",
+        (None, true) => "PASS ",
+        (None, false) => "FAIL ",
+    };
     println!("{status} {path} ({checked}, {} ops)", trace.ops.len());
     if !quiet {
         if let Some(note) = &trace.note {
@@ -117,6 +128,9 @@ fn print_report(report: &ReplayReport, trace: &Trace, quiet: bool) {
         for line in report.table().lines() {
             println!("      {line}");
         }
+    }
+    if let Some(why) = &report.skipped {
+        println!("      {why}");
     }
     if let Some(failure) = report.failure() {
         for line in failure.lines() {
@@ -133,6 +147,7 @@ fn report_json(report: &ReplayReport) -> serde_json::Value {
         "steps": report.steps,
         "expect_mismatch": report.expect_mismatch,
         "setup_error": report.setup_error,
+        "skipped": report.skipped,
         "divergence": report.divergence.as_ref().map(|d| json!({
             "step": d.step,
             "op": d.op,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::coverage::{Coverage, EVENTS};
 use kvcheck::machine::CASE_RUNNERS;
-use kvcheck::strategy::PROFILES;
+use kvcheck::strategy::{profile_support, PROFILES};
 use kvcheck::Variant;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
@@ -39,6 +39,8 @@ pub struct Args {
     /// Directory for the traces of divergences [default: target/kvcheck-failures].
     #[arg(long)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
 }
 
 fn parse_variant(text: &str) -> Result<Variant, String> {
@@ -91,8 +93,27 @@ pub fn run(args: Args) -> ExitCode {
             args.variant.is_none_or(|v| v == variant)
         })
         .collect();
+    let subject = args.subject.spec();
+    super::announce(&subject);
+    let capabilities = match subject.capabilities() {
+        Ok(capabilities) => capabilities,
+        Err(e) => {
+            eprintln!("error: cannot ask the subject for its capabilities: {e}");
+            return ExitCode::from(EXIT_MISMATCH);
+        }
+    };
+    let selected: Vec<usize> = selected
+        .into_iter()
+        .filter(|&i| match profile_support(&PROFILES[i], &capabilities) {
+            Ok(()) => true,
+            Err(why) => {
+                println!("skipped: {why}");
+                false
+            }
+        })
+        .collect();
     if selected.is_empty() {
-        eprintln!("error: no profile matches the filters");
+        eprintln!("error: no profile matches the filters and the subject's capabilities");
         return ExitCode::from(EXIT_INPUT);
     }
     let seed = args.seed.unwrap_or_else(|| {
@@ -136,7 +157,7 @@ pub fn run(args: Args) -> ExitCode {
             }
             any = true;
             let case_started = Instant::now();
-            let outcome = match CASE_RUNNERS[profile](&mut runners[slot], args.max_ops) {
+            let outcome = match CASE_RUNNERS[profile](&mut runners[slot], args.max_ops, &subject) {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     bar.finish_and_clear();

@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::minimize::{max_tests_default, minimize, MinimizeError};
-use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::EXTENSION;
 
 use super::minimize::print_summary;
@@ -24,9 +22,8 @@ pub struct Args {
     /// The corpus directory.
     #[arg(long, default_value = DEFAULT_REGRESSIONS_DIR)]
     dir: PathBuf,
-    /// The subject whose failure is minimized before saving.
-    #[arg(long, default_value = "cache")]
-    subject: SubjectSpec,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
     /// Most lockstep runs to spend minimizing [default: $KVCHECK_MAX_TESTS, else 2000].
     #[arg(long)]
     max_tests: Option<usize>,
@@ -49,36 +46,24 @@ pub fn run(args: Args) -> ExitCode {
         Ok(trace) => trace,
         Err(code) => return code,
     };
-    let stored = match minimize(
-        &trace,
-        args.subject,
-        args.max_tests.unwrap_or_else(max_tests_default),
-    ) {
-        Ok(m) => {
-            print_summary(&m, &mut std::io::stdout());
-            m.trace
-        }
-        // A passing trace is stored as it is: it pins today's behaviour.
-        Err(MinimizeError::DoesNotFail { .. }) => {
-            println!(
-                "the trace passes on {}; stored as it is",
-                args.subject.name(&trace.config)
-            );
-            trace.with_model_expect()
-        }
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
-    };
+    let subject = args.subject.spec();
+    super::announce(&subject);
     let path = args.dir.join(format!("{}{EXTENSION}", args.name));
-    match stored.save(&path) {
-        Ok(()) => {
+    match kvcheck::suite::save(&trace, &subject, args.max_tests, &path) {
+        Ok(saved) => {
+            match &saved.minimized {
+                Some(m) => print_summary(m, &mut std::io::stdout()),
+                // A passing trace is stored as it is: it pins today's behaviour.
+                None => println!(
+                    "the trace passes on {}; stored as it is",
+                    subject.name(&trace.config)
+                ),
+            }
             println!("saved {}", path.display());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}: {e}", args.file.display());
             ExitCode::from(EXIT_INPUT)
         }
     }

@@ -4,6 +4,8 @@
 
 use kvmodel::{Config, Model, Op};
 
+use crate::subject::Capabilities;
+
 /// Which ops the explorer tries from each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Alphabet {
@@ -75,6 +77,16 @@ impl Alphabet {
         ops.extend((0..=evictable + 1).map(|tokens| Op::Evict { tokens }));
         ops.extend((0..=g + 1).map(|tokens| Op::Pin { tokens }));
         ops.push(Op::Reset);
+        ops
+    }
+}
+
+impl Alphabet {
+    /// [`Alphabet::ops`] without the ops `capabilities` cannot express
+    /// (op kinds, head ranges, recent windows the subject lacks).
+    pub fn ops_for(self, model: &Model, capabilities: &Capabilities) -> Vec<Op> {
+        let mut ops = self.ops(model);
+        ops.retain(|op| capabilities.supports_op(op).is_ok());
         ops
     }
 }

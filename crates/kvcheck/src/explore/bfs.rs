@@ -68,11 +68,7 @@ impl<'e> Bfs<'e> {
     fn rebuild(&mut self, path: &[Op]) -> Result<Lockstep, Box<Divergence>> {
         let e = self.explorer;
         let device = Device::Cpu;
-        let cache = e.subject.open(&e.config, &device).map_err(|err| {
-            setup_divergence(e, format!("the subject refuses the configuration: {err}"))
-        })?;
-        let name = e.subject.name(&e.config);
-        let mut run = Lockstep::with_cache(&e.config, cache, &name, &device)
+        let mut run = Lockstep::open(&e.config, &e.subject, &device)
             .map_err(|err| setup_divergence(e, err.to_string()))?;
         run.run(e.prefix.iter().chain(path))?;
         self.report.replayed_steps += (e.prefix.len() + path.len()) as u64;
@@ -136,7 +132,10 @@ impl<'e> Bfs<'e> {
         };
         let mut run = self.rebuild(&path)?;
         let here = fingerprint(run.model(), run.cache());
-        let ops = self.explorer.alphabet.ops(run.model());
+        let ops = self
+            .explorer
+            .alphabet
+            .ops_for(run.model(), run.capabilities());
         let clean_len = run.ops().len();
         for op in ops {
             let before = run.model().clone();

@@ -39,4 +39,3 @@ impl Fault {
         Fault::ALL.into_iter().find(|f| f.name() == name)
     }
 }
-

@@ -7,6 +7,12 @@
 //!   keeps every row in a map and asks the model what is resident. It is
 //!   obviously right, which makes it the base for constructed failing
 //!   subjects.
+//! - `exec`: [`ExecSubject`], a cache in another process speaking the
+//!   kvcheck-subject/1 line protocol (`docs/subject-protocol.md`).
+//! - `factory`: [`Factory`], a cache built by user code (bring your own
+//!   [`KvCache`]).
+//! - `capabilities`: [`Capabilities`], what a subject can express; engines
+//!   generate nothing else for it.
 //! - `faults`: [`Fault`], bugs injected into the reference cache, so the
 //!   tests of the driver, the minimizer, the explainer and the explorer can
 //!   prove that they catch and shrink real failures without planting bugs in
@@ -15,20 +21,33 @@
 //! Every engine opens its subject through [`SubjectSpec::open`] and drives it
 //! with the one lockstep driver.
 
+mod capabilities;
+mod exec;
+mod factory;
 mod faults;
 mod reference;
 mod shipped;
 
+pub use capabilities::{Capabilities, Feature, OpKind, Unsupported};
+pub use exec::{
+    exact_kinds_from_env, parse_timeout, tensor_bytes, tensor_from_bytes, timeout_from_env,
+    ExecCache, ExecSubject, Hello, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STDERR_LINES,
+};
+pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
 pub use reference::ReferenceCache;
 pub use shipped::open_cache;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
 
-/// Which implementation a command checks against the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// Which implementation a command checks against the model. Cheap to
+/// clone: an external process and a factory are shared handles.
+#[derive(Clone, Debug, Default)]
 pub enum SubjectSpec {
     /// The shipped cache for the trace's variant (`cache`).
     #[default]
@@ -38,26 +57,78 @@ pub enum SubjectSpec {
     /// The naive cache with a fault injected (`fault:NAME`): a constructed
     /// failing subject for checking the harness itself.
     Fault(Fault),
+    /// A process speaking kvcheck-subject/1 (`exec:COMMAND ARGS`); its
+    /// processes are reused across cases.
+    Exec(Arc<ExecSubject>),
+    /// A cache built by user code ([`Factory`]).
+    Factory(Factory),
+}
+
+impl PartialEq for SubjectSpec {
+    /// Same kind and same fault; external subjects and factories are equal
+    /// when they are the same handle.
+    fn eq(&self, other: &SubjectSpec) -> bool {
+        match (self, other) {
+            (SubjectSpec::Cache, SubjectSpec::Cache)
+            | (SubjectSpec::Reference, SubjectSpec::Reference) => true,
+            (SubjectSpec::Fault(a), SubjectSpec::Fault(b)) => a == b,
+            (SubjectSpec::Exec(a), SubjectSpec::Exec(b)) => Arc::ptr_eq(a, b),
+            (SubjectSpec::Factory(a), SubjectSpec::Factory(b)) => a.same(b),
+            _ => false,
+        }
+    }
 }
 
 impl SubjectSpec {
-    /// Parses `cache`, `reference` or `fault:NAME`.
+    /// Parses `cache`, `reference`, `fault:NAME` or `exec:COMMAND ARGS`.
     pub fn parse(text: &str) -> Result<SubjectSpec, String> {
+        if let Some(command) = text.strip_prefix("exec:") {
+            return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
+        }
         match text {
             "cache" => Ok(SubjectSpec::Cache),
             "reference" => Ok(SubjectSpec::Reference),
             _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
                 Some(fault) => Ok(SubjectSpec::Fault(fault)),
                 None => Err(format!(
-                    "unknown subject {text:?}: expected cache, reference or fault:NAME with NAME one of {}",
+                    "unknown subject {text:?}: expected cache, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
                     Fault::ALL.map(Fault::name).join(", ")
                 )),
             },
         }
     }
 
-    /// The name used in reports (`dense`, `packed`, `reference`, `fault:…`).
-    pub fn name(self, config: &Config) -> String {
+    /// The subject of the property suites: `KVCHECK_SUBJECT` (any form
+    /// [`SubjectSpec::parse`] takes), else the shipped caches.
+    pub fn from_env() -> Result<SubjectSpec, String> {
+        match std::env::var("KVCHECK_SUBJECT") {
+            Err(_) => Ok(SubjectSpec::Cache),
+            Ok(text) if text.trim().is_empty() => Ok(SubjectSpec::Cache),
+            Ok(text) => {
+                SubjectSpec::parse(text.trim()).map_err(|e| format!("KVCHECK_SUBJECT: {e}"))
+            }
+        }
+    }
+
+    /// An external subject with the command line's settings: a response
+    /// timeout (when given) and exact error kinds (when `exact`). Other
+    /// subjects are returned unchanged.
+    pub fn with_exec_options(self, timeout: Option<Duration>, exact: bool) -> SubjectSpec {
+        match self {
+            SubjectSpec::Exec(subject) => {
+                let mut fresh = ExecSubject::new(subject.command())
+                    .expect("the command line was split before")
+                    .with_timeout(timeout.unwrap_or(subject.timeout()));
+                fresh = fresh.with_exact_kinds(exact || subject.exact_kinds());
+                SubjectSpec::Exec(Arc::new(fresh))
+            }
+            other => other,
+        }
+    }
+
+    /// The name used in reports (`dense`, `packed`, `reference`, `fault:…`,
+    /// `exec:…`, a factory's name).
+    pub fn name(&self, config: &Config) -> String {
         match self {
             SubjectSpec::Cache => match config.variant {
                 Variant::Dense => "dense".to_string(),
@@ -65,21 +136,69 @@ impl SubjectSpec {
             },
             SubjectSpec::Reference => "reference".to_string(),
             SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
+            SubjectSpec::Exec(subject) => format!("exec:{}", subject.command()),
+            SubjectSpec::Factory(factory) => factory.name().to_string(),
+        }
+    }
+
+    /// What the subject can express. An external subject is asked (its
+    /// first process is started for that); the others say it themselves.
+    pub fn capabilities(&self) -> Result<Capabilities, SubjectFailure> {
+        match self {
+            SubjectSpec::Exec(subject) => Ok(subject.hello()?.capabilities),
+            SubjectSpec::Factory(factory) => Ok(factory.capabilities().clone()),
+            _ => Ok(Capabilities::full()),
+        }
+    }
+
+    /// Whether error kinds are compared exactly. Always for in-process
+    /// caches (their refusals carry SPEC.md kinds); for an external subject
+    /// only with `--exact-kinds` / `KVCHECK_EXACT_KINDS`, otherwise every
+    /// `err` and `exception` agrees with every refusal of the model.
+    pub fn exact_kinds(&self) -> bool {
+        match self {
+            SubjectSpec::Exec(subject) => subject.exact_kinds(),
+            _ => true,
+        }
+    }
+
+    /// How refusals are compared, in words, for reports.
+    pub fn kinds_mode(&self) -> &'static str {
+        if self.exact_kinds() {
+            "error kinds compared exactly"
+        } else {
+            "refusals compared as refused (any err or exception agrees with any refusal; --exact-kinds compares kinds)"
         }
     }
 
     /// Builds the subject for `config` on `device`.
-    pub fn open(self, config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
+    pub fn open(&self, config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
+        Ok(self.open_linked(config, device)?.0)
+    }
+
+    /// [`SubjectSpec::open`] plus, for an external subject, the link the
+    /// driver shares with it.
+    pub fn open_linked(
+        &self,
+        config: &Config,
+        device: &Device,
+    ) -> kvcache::Result<(Box<dyn KvCache>, Option<Arc<OpLink>>)> {
         Ok(match self {
-            SubjectSpec::Cache => open_cache(config, device)?,
-            SubjectSpec::Reference => Box::new(ReferenceCache::new(config, device)?),
-            SubjectSpec::Fault(fault) => {
-                Box::new(ReferenceCache::with_fault(config, device, fault)?)
+            SubjectSpec::Cache => (open_cache(config, device)?, None),
+            SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
+            SubjectSpec::Fault(fault) => (
+                Box::new(ReferenceCache::with_fault(config, device, *fault)?),
+                None,
+            ),
+            SubjectSpec::Exec(subject) => {
+                let cache = subject.open(config, device)?;
+                let link = cache.link();
+                (Box::new(cache), Some(link))
             }
+            SubjectSpec::Factory(factory) => (factory.open(config, device)?, None),
         })
     }
 }
-
 impl std::str::FromStr for SubjectSpec {
     type Err = String;
 

@@ -220,4 +220,3 @@ impl KvCache for ReferenceCache {
         }
     }
 }
-

@@ -11,4 +11,3 @@ pub fn open_cache(config: &Config, device: &Device) -> kvcache::Result<Box<dyn K
         Variant::Packed => Box::new(kvcache::PackedCache::new(config, device)?),
     })
 }
-

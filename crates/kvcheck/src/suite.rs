@@ -1,0 +1,165 @@
+//! Bring your own cache: every engine of kvcheck for a [`KvCache`] that
+//! lives in another crate.
+//!
+//! Wrap the cache's constructor in a [`Factory`] with the [`Capabilities`]
+//! it has, then:
+//!
+//! - [`check_all`] / [`assert_all`]: the property suite of every built-in
+//!   profile the capabilities allow (knobs `KVCHECK_CASES`,
+//!   `KVCHECK_MAX_OPS`, `KVCHECK_SEED`, as for the shipped caches);
+//! - [`explore`]: exhaustive exploration of one configuration;
+//! - [`minimize`](crate::minimize::minimize), [`explain`](crate::explain::walk)
+//!   and [`save`] with `SubjectSpec::from(factory)`.
+//!
+//! ```no_run
+//! use kvcheck::subject::{Capabilities, ReferenceCache};
+//!
+//! # std::env::set_var("KVCHECK_CASES", "4");
+//! kvcheck::suite::assert_all("naive", Capabilities::full(), |config, device| {
+//!     Ok(Box::new(ReferenceCache::new(config, device)?))
+//! });
+//! ```
+//!
+//! [`KvCache`]: kvcache::KvCache
+
+use std::fmt;
+use std::path::Path;
+
+use candle_core::Device;
+use kvcache::KvCache;
+use kvmodel::Config;
+
+use crate::coverage::Coverage;
+use crate::explore::Explorer;
+use crate::machine::{SuiteSettings, SUITES};
+use crate::minimize::{max_tests_default, minimize, MinimizeError, Minimized};
+use crate::strategy::{profile_support, PROFILES};
+use crate::subject::{Capabilities, Factory, SubjectSpec};
+use crate::trace::Trace;
+
+impl From<Factory> for SubjectSpec {
+    fn from(factory: Factory) -> SubjectSpec {
+        SubjectSpec::Factory(factory)
+    }
+}
+
+/// What [`check_all`] ran.
+#[derive(Clone, Debug, Default)]
+pub struct SuiteReport {
+    /// The subject's name.
+    pub subject: String,
+    /// Profiles run, with the events each reached.
+    pub ran: Vec<(&'static str, Coverage)>,
+    /// Profiles skipped, with the capability they needed.
+    pub skipped: Vec<(&'static str, String)>,
+}
+
+impl fmt::Display for SuiteReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} profiles passed, {} skipped",
+            self.subject,
+            self.ran.len(),
+            self.skipped.len()
+        )?;
+        for (name, _) in &self.ran {
+            writeln!(f, "  passed  {name}")?;
+        }
+        for (name, why) in &self.skipped {
+            writeln!(f, "  skipped {name}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the property suite of every built-in profile that `subject`'s
+/// capabilities allow, with `settings`' knobs. `Err` names the first
+/// divergence (shrunk, its trace saved under `target/kvcheck-failures/`)
+/// or the events a profile never reached.
+pub fn check_subject(
+    subject: &SubjectSpec,
+    settings: &SuiteSettings,
+) -> Result<SuiteReport, String> {
+    let capabilities = subject
+        .capabilities()
+        .map_err(|f| format!("cannot ask the subject for its capabilities: {f}"))?;
+    let settings = settings.clone().with_subject(subject.clone());
+    let mut report = SuiteReport {
+        subject: subject.name(&Config::dense(1)),
+        ..SuiteReport::default()
+    };
+    for (profile, suite) in PROFILES.iter().zip(SUITES) {
+        match profile_support(profile, &capabilities) {
+            Err(why) => report.skipped.push((profile.name, why.what)),
+            Ok(()) => report.ran.push((profile.name, suite(&settings)?)),
+        }
+    }
+    Ok(report)
+}
+
+/// [`check_subject`] for the cache `open` builds, named `name`, with the
+/// knobs of the environment (`KVCHECK_CASES`, `KVCHECK_MAX_OPS`,
+/// `KVCHECK_SEED`).
+pub fn check_all(
+    name: &str,
+    capabilities: Capabilities,
+    open: impl Fn(&Config, &Device) -> kvcache::Result<Box<dyn KvCache>> + Send + Sync + 'static,
+) -> Result<SuiteReport, String> {
+    let settings = SuiteSettings::from_env()?;
+    check_subject(&Factory::new(name, capabilities, open).into(), &settings)
+}
+
+/// [`check_all`], panicking with the report of a divergence; returns what
+/// ran. The one call a cache's test needs.
+pub fn assert_all(
+    name: &str,
+    capabilities: Capabilities,
+    open: impl Fn(&Config, &Device) -> kvcache::Result<Box<dyn KvCache>> + Send + Sync + 'static,
+) -> SuiteReport {
+    match check_all(name, capabilities, open) {
+        Ok(report) => report,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// An [`Explorer`] of `config` for `subject` (depth, alphabet, prefix and
+/// limits are set on it as usual).
+pub fn explore(config: &Config, subject: impl Into<SubjectSpec>) -> Explorer {
+    Explorer::new(config, subject.into())
+}
+
+/// What [`save`] stored.
+#[derive(Debug)]
+pub struct Saved {
+    /// The trace written, `expect` filled by the model.
+    pub trace: Trace,
+    /// The minimization, when the trace failed on the subject.
+    pub minimized: Option<Minimized>,
+}
+
+/// Stores `trace` at `path` for the regression corpus: minimized first
+/// (at most `max_tests` runs, default `KVCHECK_MAX_TESTS` or 2000) when it
+/// fails on `subject`, as it is when it passes (it then pins today's
+/// behaviour); `expect` comes from the model either way.
+pub fn save(
+    trace: &Trace,
+    subject: &SubjectSpec,
+    max_tests: Option<usize>,
+    path: &Path,
+) -> Result<Saved, String> {
+    let max_tests = max_tests.unwrap_or_else(max_tests_default);
+    let saved = match minimize(trace, subject.clone(), max_tests) {
+        Ok(m) => Saved {
+            trace: m.trace.clone(),
+            minimized: Some(m),
+        },
+        Err(MinimizeError::DoesNotFail { .. }) => Saved {
+            trace: trace.clone().with_model_expect(),
+            minimized: None,
+        },
+        Err(e) => return Err(e.to_string()),
+    };
+    saved.trace.save(path).map_err(|e| e.to_string())?;
+    Ok(saved)
+}
