@@ -132,6 +132,9 @@ class Pair:
         self.dtype = rt.dtypes[config["dtype"]]
         self.real = self._build(self.dtype, self.batch, self.head_dim)
         self.twin = self._build(rt.torch.float64, 1, 1)
+        # Written on every head at every write, so a row whose reported heads
+        # were never written still shows the position its slot stands for.
+        self.slots = self._build(rt.torch.float64, 1, 1)
 
     def _build(self, dtype, batch, head_dim):
         torch, c = self.rt.torch, self.config
@@ -232,8 +235,26 @@ class Pair:
                 **optional,
             )
 
-        twin_view, view = self.both(call)
-        out = {"global_end": self.global_end(), "visible": positions(twin_view.k)}
+        full = tags.reshape(1, length, 1, 1).expand(1, length, self.heads, 1).contiguous()
+        slot_args = {"recent_window_tokens": recent} if recent is not None else {}
+        try:
+            twin_view, view = self.both(call)
+        except Exception:
+            import copy
+
+            self.slots = copy.deepcopy(self.twin)  # the twin mirrored the raise
+            raise
+        try:
+            slot_view = self.slots.update_and_get_attention_kv(
+                key=full, value=full, current_chunk_start=start, **slot_args
+            )
+            fallback = slot_view.k
+        except Exception:
+            import copy
+
+            self.slots = copy.deepcopy(self.twin)
+            fallback = None
+        out = {"global_end": self.global_end(), "visible": positions(twin_view.k, fallback)}
         returned = view.k.shape[2]
         if returned != head_count:
             print(
@@ -246,21 +267,47 @@ class Pair:
         out["v"] = encode(torch, view.v)
         return out
 
+    def foresee(self, body):
+        """The positions sglang's view would show for write `body`, from a
+        copy of the twin (neither cache changes)."""
+        import copy
+
+        start, length = body["start"], body["len"]
+        heads = body.get("heads")
+        count = self.heads if heads is None else heads[1]
+        twin = copy.deepcopy(self.twin)
+        tags = self.rt.torch.arange(length, dtype=self.rt.torch.float64) + (start + TAG_OFFSET)
+        optional = {}
+        if heads is not None:
+            optional["cache_head_start"] = heads[0]
+        if body.get("recent_window") is not None:
+            optional["recent_window_tokens"] = body["recent_window"]
+        tag = tags.reshape(1, length, 1, 1).expand(1, length, count, 1).contiguous()
+        view = twin.update_and_get_attention_kv(key=tag, value=tag, current_chunk_start=start, **optional)
+        return positions(view.k)
+
     def pin(self, tokens):
         self.both(lambda cache, _: cache.pin_current_chunk(tokens))
+        self.slots.pin_current_chunk(tokens)
         return {"global_end": self.global_end()}
 
     def reset(self):
         self.both(lambda cache, _: cache.reset_indices())
+        self.slots.reset_indices()
         return {"global_end": self.global_end()}
 
 
-def positions(twin_k):
-    """Row r of the twin's view holds tag `position + 2^32` (or 0: never written)."""
+def positions(twin_k, slots_k=None):
+    """Row r of the twin's view holds tag `position + 2^32` (or 0: never
+    written); an untagged row takes its slot's tag from `slots_k` (the
+    all-heads twin), else one past the row before it."""
     out = []
     rows = twin_k[0, :, :, 0].tolist()  # [len, heads]
-    for row in rows:
+    slot_rows = slots_k[0, :, :, 0].tolist() if slots_k is not None and slots_k.shape[1] == len(rows) else None
+    for r, row in enumerate(rows):
         tag = next((t for t in row if t != 0.0), None)
+        if tag is None and slot_rows is not None:
+            tag = next((t for t in slot_rows[r] if t != 0.0), None)
         out.append(int(tag - TAG_OFFSET) if tag is not None else (out[-1] + 1 if out else 0))
     return out
 
@@ -274,19 +321,179 @@ def exception(kind, message):
     return {"exception": {"type": kind, "message": message}}
 
 
+class Masked(Exception):
+    """A request held back from sglang by --mask (a known finding), refused
+    with the contract's error kind for it."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _gap(pair, name, body):
+    g = pair.global_end()
+    if name == "write" and isinstance(body.get("start"), int) and body["start"] > g and body.get("len", 0) > 0:
+        return "write starts at %d past the global end %d" % (body["start"], g)
+
+
+def _gap_probe(pair, name, body):
+    g = pair.global_end()
+    if name == "write" and isinstance(body.get("start"), int) and body["start"] > g and body.get("len") == 0:
+        return "zero-length write at %d past the global end %d" % (body["start"], g)
+
+
+def _negative(pair, name, body):
+    values = [body.get("start"), body.get("len")] if name == "write" else [body.get("tokens")]
+    if any(isinstance(x, int) and x < 0 for x in values):
+        return "negative argument"
+    if name == "write" and isinstance(body.get("recent_window"), int) and body["recent_window"] < 0:
+        return "negative recent window"
+
+
+def _head_range(pair, name, body):
+    heads = body.get("heads") if name == "write" else None
+    if heads is not None:
+        first, count = heads
+        if first < 0 or count < 1 or first + count > pair.heads:
+            return "heads [%d, %d] outside the %d heads" % (first, count, pair.heads)
+
+
+def _pin_args(pair, name, body):
+    if name != "pin" or body.get("tokens", 0) <= 0:
+        return None
+    if pair.config["sink"] == 0:
+        return "pin without a sink"
+    if body["tokens"] > pair.global_end():
+        return "pin %d past the global end %d" % (body["tokens"], pair.global_end())
+
+
+def _own_view(pair, name, body):
+    if name != "write" or body.get("len", 0) <= 0:
+        return None
+    try:
+        shown = set(pair.foresee(body))
+    except Exception:
+        return None
+    missing = [p for p in range(body["start"], body["start"] + body["len"]) if p not in shown]
+    if missing:
+        return "sglang's view would not hold position %d of its own chunk" % missing[0]
+
+
+def _window_fit(pair, name, body):
+    # The contract's window_too_small for a plain append beside the sink:
+    # the chunk and the resident sink must fit in the window together.
+    if name != "write" or body.get("recent_window") is not None or body.get("len", 0) <= 0:
+        return None
+    window = pair.config.get("window") or pair.config["capacity"]
+    sink = min(pair.config["sink"], body["start"])
+    if body["len"] + sink > window:
+        return "a chunk of %d beside %d sink tokens does not fit in window %d" % (body["len"], sink, window)
+
+
+def _capacity_fit(pair, name, body):
+    # The contract's chunk_too_large for an append without pins: the chunk
+    # and the resident sink must fit in the capacity together.
+    if name != "write" or body.get("len", 0) <= 0 or pair.config.get("growth"):
+        return None
+    sink = min(pair.config["sink"], body["start"])
+    if body["len"] + sink > pair.config["capacity"]:
+        return "a chunk of %d beside %d sink tokens does not fit in capacity %d" % (
+            body["len"],
+            sink,
+            pair.config["capacity"],
+        )
+
+
+def _raises(pair, name, body):
+    if name != "write" or body.get("len", 0) < 0:
+        return None
+    try:
+        pair.foresee(body)
+    except Exception as error:
+        return "sglang would raise %s: %s" % (type(error).__name__, error)
+
+
+def probe_at_end(pair, body):
+    """A zero-length write without a recent window is a read of the view,
+    which the contract gives the same whatever its start: ask sglang at the
+    global end, where it reads without raising."""
+    if body.get("len") == 0 and body.get("recent_window") is None and 0 <= body.get("start", 0) < pair.global_end():
+        return dict(body, start=pair.global_end())
+    return body
+
+
+def _packed_zero_len(pair, name, body):
+    if _negative(pair, name, body):
+        return None  # the contract says negative_window / invalid_argument first
+    if name == "write" and pair.variant == "packed" and body.get("len") == 0:
+        return "zero-length write to the packed cache"
+
+
+# --mask NAME -> (what it holds back, test). Each holds back only requests
+# the contract refuses on their arguments and the global end alone (which
+# agree with sglang's until a first divergence), so with a mask the engines
+# look past a finding already made, the way a fuzzer suppresses a known
+# crash. Every finding is confirmed on the unmasked subject.
+MASKS = {
+    "gap": ("writes of at least one token that start past the global end (D2)", "non_sequential", _gap),
+    "gap-probe": ("zero-length writes that start past the global end (D11)", "non_sequential", _gap_probe),
+    "negative": (
+        "negative starts, lengths, counts and recent windows (D12)",
+        lambda body: "invalid_argument" if "recent_window" not in body or min(body.get("start", 0), body.get("len", 0)) < 0 else "negative_window",
+        _negative,
+    ),
+    "head-range": ("head ranges outside the cache's heads (D13)", "head_range", _head_range),
+    "pin-args": ("pins without a sink or past the global end", "pin_range", _pin_args),
+    "packed-zero-len": ("zero-length writes to the packed cache", "unsupported", _packed_zero_len),
+    "window-fit": (
+        "appends that do not fit in the window beside the sink (D6)",
+        "window_too_small",
+        _window_fit,
+    ),
+    "capacity-fit": (
+        "appends that do not fit in the capacity beside the sink (D4)",
+        "chunk_too_large",
+        _capacity_fit,
+    ),
+    "raises": (
+        "writes sglang would raise on, foreseen on a copy of the position twin (D5 and the other raising classes)",
+        "invalid_argument",
+        _raises,
+    ),
+    "no-pin": (
+        "declares no pin op, so the engines generate none (the pin findings, D7)",
+        None,
+        lambda pair, name, body: None,
+    ),
+    "probe-at-end": (
+        "zero-length reads below the global end, asked at the global end instead (the \"Invalid ... write range\" probe finding)",
+        None,
+        lambda pair, name, body: None,
+    ),
+    "own-view": (
+        "writes whose chunk sglang would cut out of its own view (D6), foreseen on a copy of the position twin",
+        "window_too_small",
+        _own_view,
+    ),
+}
+
+
 class Session:
-    def __init__(self, version):
+    def __init__(self, version, masks=()):
+        self.masks = list(masks)
         self.version = version
         self.runtime = Runtime(version)
         self.pair = None
         self.caps = capabilities(version)
+        if "no-pin" in self.masks and "pin" in self.caps["ops"]:
+            self.caps["ops"].remove("pin")
 
     def handle(self, request):
         if "hello" in request:
             return {
                 "hello": {
                     "protocol": PROTOCOL,
-                    "name": "sglang %s" % self.version,
+                    "name": " ".join(["sglang", self.version] + ["--mask " + m for m in self.masks]),
                     "capabilities": self.caps,
                 }
             }
@@ -299,6 +506,8 @@ class Session:
         if "op" in request:
             try:
                 return {"ok": self.apply(request)}
+            except Masked as error:
+                return {"err": {"kind": error.kind, "message": str(error)}}
             except Exception as error:
                 return exception(type(error).__name__, str(error))
         return exception("Unsupported", "this subject answers hello, open, op and close")
@@ -327,6 +536,13 @@ class Session:
         if op == "reset":
             return self.pair.reset()
         (name, body), = op.items()
+        if name == "write" and "probe-at-end" in self.masks:
+            body = probe_at_end(self.pair, body)
+        for mask in self.masks:
+            _, kind, test = MASKS[mask]
+            reason = test(self.pair, name, body)
+            if reason:
+                raise Masked(kind if isinstance(kind, str) else kind(body), "--mask %s: %s" % (mask, reason))
         if name == "write":
             k = request.get("k")
             v = request.get("v")
@@ -366,6 +582,14 @@ def main(argv=None):
         default=os.environ.get("SGLANG_VERSION", loader.DEFAULT_VERSION),
         help="sglang release set up by setup.sh (default $SGLANG_VERSION or %s)" % loader.DEFAULT_VERSION,
     )
+    parser.add_argument(
+        "--mask",
+        action="append",
+        default=[],
+        choices=sorted(MASKS),
+        help="hold back requests of a known finding (repeatable): %s"
+        % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
+    )
     args = parser.parse_args(argv)
     if not loader.is_ready(args.version):
         print(
@@ -378,7 +602,7 @@ def main(argv=None):
     protocol_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(Session(args.version), sys.stdin, protocol_out)
+    serve(Session(args.version, args.mask), sys.stdin, protocol_out)
     return 0
 
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Reproduces docs/sglang.md: sglang's real caches checked through the
+# kvcheck-subject/1 protocol.
+#
+#   scripts/sglang-findings.sh            # clean protocol, findings, ops/s
+#   SGLANG_RELEASES="0.5.13 ... 0.5.23" scripts/sglang-findings.sh releases
+#
+# 1. adapters/sglang/setup.sh (venv with torch, the sglang kvcache sources);
+# 2. builds kvcheck (KVCHECK=path skips the build);
+# 3. the clean protocol of SPEC.md §8: 300 random traces
+#    (adapters/clean_protocol.py), replayed with exact error kinds;
+# 4. the divergence classes: scripts/sglang_findings.py runs one engine
+#    search per class, minimizes, replays unmasked, and saves
+#    tests/external/sglang/*.kvtrace.json and findings.json;
+# 5. with `releases`: the clean protocol and the saved findings replayed on
+#    each release of SGLANG_RELEASES (scripts/sglang_releases.py).
+#
+# Output goes to target/sglang-findings/ (report.md, logs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unset RUST_BACKTRACE
+
+version="${SGLANG_VERSION:-0.5.23}"
+work=target/sglang-findings
+mkdir -p "$work"
+
+SGLANG_VERSION="$version" adapters/sglang/setup.sh
+python=adapters/sglang/.venv/bin/python
+if [ -z "${KVCHECK:-}" ]; then
+    # The dev profile builds every dependency with opt-level 3 (Cargo.toml);
+    # the Python subject, not kvcheck, bounds the rate here.
+    cargo build -p kvcheck
+    KVCHECK=target/debug/kvcheck
+fi
+subject="exec:$python adapters/sglang/subject.py --version $version"
+
+if [ "${1:-}" = "releases" ]; then
+    python3 scripts/sglang_releases.py --kvcheck "$KVCHECK" --python "$python" \
+        --work "$work/releases" --report "$work/releases.md" ${SGLANG_RELEASES:-}
+    exit 0
+fi
+
+echo "== clean protocol (SPEC.md §8): 300 traces, sglang $version"
+rm -rf "$work/clean"
+python3 adapters/clean_protocol.py --count 300 --seed 1 --out "$work/clean"
+python3 - "$work/clean" <<'PY'
+import glob, json, sys
+files = glob.glob(sys.argv[1] + "/*.kvtrace.json")
+ops = sum(len(json.load(open(f))["ops"]) for f in files)
+print("%d traces, %d ops" % (len(files), ops))
+PY
+start=$(date +%s.%N)
+"$KVCHECK" replay -q --exact-kinds --subject-timeout 120 --subject "$subject" "$work/clean" | tail -n 1
+echo "replayed in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s (process start included)"
+
+echo "== divergence classes"
+python3 scripts/sglang_findings.py --kvcheck "$KVCHECK" --python "$python" --version "$version" \
+    --work "$work/searches" --report "$work/report.md"
