@@ -305,8 +305,24 @@ fn run_family<F: Family>(
     match result {
         Ok(()) => {}
         Err(TestError::Fail(reason, (_, transitions, _))) => {
+            let trace = failure_path(profile);
+            let reproduce = match &settings.subject {
+                SubjectSpec::Cache => format!(
+                    "cargo run --release -p kvcheck -- replay {}",
+                    trace.display()
+                ),
+                SubjectSpec::Factory(_) => format!(
+                    "kvcheck::replay::replay(&Trace::load({:?})?, None, Some(factory.into()), None)",
+                    trace.display()
+                ),
+                other => format!(
+                    "cargo run --release -p kvcheck -- replay {} --subject {}",
+                    trace.display(),
+                    shell_words::quote(&subject_label(other))
+                ),
+            };
             return Err(format!(
-                "profile {}: divergence found in case {} of {} on {} ({}), shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: cargo run --release -p kvcheck -- replay {}{}",
+                "profile {}: divergence found in case {} of {} on {} ({}), shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: {reproduce}",
                 profile.name,
                 first_failure.get().unwrap_or(0),
                 settings.cases,
@@ -315,16 +331,12 @@ fn run_family<F: Family>(
                 transitions.len(),
                 runs.get().saturating_sub(first_failure.get().unwrap_or(0)),
                 reason.message(),
-                failure_path(profile).display(),
-                failure_path(profile).display(),
-                match &settings.subject {
-                    SubjectSpec::Cache => String::new(),
-                    SubjectSpec::Factory(_) => " --subject <this factory: use kvcheck::suite::replay>".to_string(),
-                    other => format!(" --subject {}", shell_words::quote(&subject_label(other))),
-                }
-            ))
+                trace.display(),
+            ));
         }
-        Err(TestError::Abort(reason)) => return Err(format!("profile {}: aborted: {reason}", profile.name)),
+        Err(TestError::Abort(reason)) => {
+            return Err(format!("profile {}: aborted: {reason}", profile.name))
+        }
     }
     let required = required_events(profile, capabilities);
     let missing = coverage.missing(&required);

@@ -14,7 +14,6 @@
 //! ```no_run
 //! use kvcheck::subject::{Capabilities, ReferenceCache};
 //!
-//! # std::env::set_var("KVCHECK_CASES", "4");
 //! kvcheck::suite::assert_all("naive", Capabilities::full(), |config, device| {
 //!     Ok(Box::new(ReferenceCache::new(config, device)?))
 //! });
