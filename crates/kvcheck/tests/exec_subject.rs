@@ -1,9 +1,10 @@
-//! The out-of-process subject: a stdlib Python implementation of the
-//! contract (`tests/subjects/model_subject.py`) passes every engine, its
+//! The out-of-process subject: the stdlib Python implementation of the
+//! contract (`adapters/reference_subject.py`) passes every engine, its
 //! planted faults are caught and minimized, and a subject that hangs,
-//! exits, prints garbage, sends a short payload or raises is reported as
-//! its own divergence kind within the timeout, after which the next case
-//! gets a fresh process.
+//! exits, prints garbage, sends a short payload or raises
+//! (`tests/subjects/misbehaving_subject.py`) is reported as its own
+//! divergence kind within the timeout, after which the next case gets a
+//! fresh process.
 //!
 //! Needs `python3`; without it every test says so and passes vacuously.
 
@@ -15,11 +16,14 @@ use kvcheck::divergence::DivergenceKind;
 use kvcheck::explore::Explorer;
 use kvcheck::lockstep::{Lockstep, SetupError};
 use kvcheck::machine::SuiteSettings;
-use kvcheck::minimize::minimize;
+use kvcheck::machine::CASE_RUNNERS;
+use kvcheck::minimize::{minimize, Signature};
 use kvcheck::replay::replay;
+use kvcheck::strategy::PROFILES;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
 use kvcheck::trace::{collect_trace_files, Trace};
 use kvcheck::{Config, Op, Write};
+use proptest::test_runner::TestRunner;
 
 fn python_missing() -> bool {
     let missing = std::process::Command::new("python3")
@@ -32,13 +36,19 @@ fn python_missing() -> bool {
     missing
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/subjects/model_subject.py")
+fn script(options: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // Options other than --fault need the misbehaving wrapper.
+    if options.is_empty() || options.starts_with("--fault") && !options.contains("--caps") {
+        dir.join("../../adapters/reference_subject.py")
+    } else {
+        dir.join("tests/subjects/misbehaving_subject.py")
+    }
 }
 
 /// The Python subject with `options`, responses timing out after `timeout`.
 fn exec(options: &str, timeout: Duration) -> (SubjectSpec, Arc<ExecSubject>) {
-    let command = format!("python3 {} {options}", script().display());
+    let command = format!("python3 {} {options}", script(options).display());
     let subject = Arc::new(
         ExecSubject::new(&command)
             .unwrap()
@@ -75,24 +85,14 @@ fn the_correct_subject_passes_the_vectors_and_regressions() {
         return;
     }
     let (subject, process) = exec("", Duration::from_secs(10));
-    let (mut passed, mut skipped) = (0, 0);
-    for file in corpus() {
-        let trace = Trace::load(&file).unwrap();
-        let report = replay(&trace, Some(&file), Some(subject.clone()), None);
+    let files = corpus();
+    for file in &files {
+        let trace = Trace::load(file).unwrap();
+        let report = replay(&trace, Some(file), Some(subject.clone()), None);
         assert!(report.passed(), "{}", report.failure().unwrap_or_default());
-        match &report.skipped {
-            // The subject has no quantization: those traces are skipped, by name.
-            Some(why) => {
-                assert!(why.contains("quantized packed chunks"), "{why}");
-                skipped += 1;
-            }
-            None => passed += 1,
-        }
+        assert_eq!(report.skipped, None);
     }
-    assert!(
-        passed >= 25 && skipped >= 1,
-        "{passed} passed, {skipped} skipped"
-    );
+    assert!(files.len() >= 30, "{} traces", files.len());
     assert_eq!(process.spawned(), 1, "one process serves every trace");
 }
 
@@ -138,15 +138,15 @@ fn exceptions_agree_on_refused_unless_kinds_are_exact() {
         sink_config(),
         vec![Op::Write(Write::new(0, 2)), Op::Write(Write::new(5, 1))],
     );
-    let (lenient, _) = exec("--fault raise-on-refusal", Duration::from_secs(10));
+    let (lenient, _) = exec("--raise-on-refusal", Duration::from_secs(10));
     assert!(replay(&trace, None, Some(lenient), None).passed());
-    let exact = lenient_to_exact("--fault raise-on-refusal");
+    let exact = lenient_to_exact("--raise-on-refusal");
     let d = replay(&trace, None, Some(exact), None).divergence.unwrap();
     assert_eq!(d.kind, DivergenceKind::Exception);
     assert!(d.actual.contains("ValueError"), "{d}");
     // An exception where the model succeeds is an outcome divergence in
     // either mode.
-    let (overlap, _) = exec("--fault raise-on-overlap", Duration::from_secs(10));
+    let (overlap, _) = exec("--raise-on-overlap", Duration::from_secs(10));
     let trace = Trace::new(
         sink_config(),
         vec![Op::Write(Write::new(0, 2)), Op::Write(Write::new(1, 2))],
@@ -286,4 +286,49 @@ fn a_subject_without_ops_and_features_gets_only_what_it_supports() {
     Explorer::new(&Config::dense(2), subject)
         .depth(2)
         .assert_no_discovery();
+}
+
+#[test]
+fn every_fault_of_the_reference_subject_is_caught_by_a_campaign_and_minimized() {
+    if python_missing() {
+        return;
+    }
+    let listed = std::process::Command::new("python3")
+        .arg(script(""))
+        .arg("--list-faults")
+        .output()
+        .unwrap();
+    let faults: Vec<String> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(faults.len() >= 5, "{faults:?}");
+    for fault in faults {
+        let (subject, _) = exec(&format!("--fault {fault}"), Duration::from_secs(10));
+        let mut runners: Vec<TestRunner> = (0..PROFILES.len())
+            .map(|_| TestRunner::deterministic())
+            .collect();
+        let found = (0..100)
+            .flat_map(|_| 0..PROFILES.len())
+            .find_map(|i| {
+                CASE_RUNNERS[i](&mut runners[i], 40, &subject)
+                    .unwrap()
+                    .divergence
+            })
+            .unwrap_or_else(|| panic!("fault {fault} was not caught in 100 cases per profile"));
+        let m = minimize(&found.trace, subject, 1000).unwrap();
+        assert_eq!(
+            Signature::of(&m.divergence),
+            Signature::of(&found),
+            "{fault}"
+        );
+        assert!(
+            m.one_minimal && m.after <= m.before,
+            "{fault}: {} → {}",
+            m.before,
+            m.after
+        );
+        assert!(m.trace.ops.len() <= 4, "{fault}: {}", m.trace.to_json());
+    }
 }
