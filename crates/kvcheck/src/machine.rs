@@ -417,8 +417,11 @@ pub const CASE_RUNNERS: [CaseRunner; 9] = [
     run_case_on::<Packed>,
 ];
 
+/// A profile's suite: [`check_family`] of its family.
+pub type Suite = fn(&SuiteSettings) -> Result<Coverage, String>;
+
 /// [`check_family`] for each profile, aligned with [`PROFILES`].
-pub const SUITES: [fn(&SuiteSettings) -> Result<Coverage, String>; 9] = [
+pub const SUITES: [Suite; 9] = [
     check_family::<Tiny>,
     check_family::<Sinks>,
     check_family::<Window>,

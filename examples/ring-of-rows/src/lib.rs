@@ -26,9 +26,16 @@ pub struct RingOfRows {
     config: Config,
     device: Device,
     global_end: u64,
-    /// Per slot: the resident position and its K and V rows (`B · H · D`
-    /// values each, batch-major).
-    slots: Vec<Option<(u64, Vec<f32>, Vec<f32>)>>,
+    slots: Vec<Option<Row>>,
+}
+
+/// One resident position: its K and V rows, `B · H · D` values each,
+/// batch-major.
+#[derive(Clone)]
+struct Row {
+    position: u64,
+    k: Vec<f32>,
+    v: Vec<f32>,
 }
 
 fn refused<T>(op: &'static str, detail: &str) -> kvcache::Result<T> {
@@ -71,13 +78,18 @@ impl RingOfRows {
 
     /// Resident positions, ascending.
     fn resident(&self) -> Vec<u64> {
-        let mut positions: Vec<u64> = self.slots.iter().flatten().map(|(p, _, _)| *p).collect();
+        let mut positions: Vec<u64> = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|row| row.position)
+            .collect();
         positions.sort_unstable();
         positions
     }
 
     fn is_resident(&self, position: u64) -> bool {
-        matches!(self.slots[self.slot_of(position)], Some((p, _, _)) if p == position)
+        matches!(&self.slots[self.slot_of(position)], Some(row) if row.position == position)
     }
 
     /// Resident positions that can be evicted (all but the sink), ascending.
@@ -109,8 +121,8 @@ impl RingOfRows {
             let mut data = Vec::with_capacity(c.batch * positions.len() * row);
             for b in 0..c.batch {
                 for &p in &positions {
-                    let (_, k, v) = self.slots[self.slot_of(p)].as_ref().expect("resident");
-                    let values = if kv == 0 { k } else { v };
+                    let row_of = self.slots[self.slot_of(p)].as_ref().expect("resident");
+                    let values = if kv == 0 { &row_of.k } else { &row_of.v };
                     data.extend_from_slice(&values[b * row..(b + 1) * row]);
                 }
             }
@@ -223,7 +235,11 @@ impl KvCache for RingOfRows {
                     .collect()
             };
             let slot = self.slot_of(p);
-            self.slots[slot] = Some((p, gather(&k), gather(&v)));
+            self.slots[slot] = Some(Row {
+                position: p,
+                k: gather(&k),
+                v: gather(&v),
+            });
         }
         self.global_end = g.max(e);
         self.view_now()
@@ -240,7 +256,7 @@ impl KvCache for RingOfRows {
             return Err(CacheError::RewindAhead { to, global_end }.into());
         }
         for slot in &mut self.slots {
-            if slot.as_ref().is_some_and(|(p, _, _)| *p >= to) {
+            if slot.as_ref().is_some_and(|row| row.position >= to) {
                 *slot = None;
             }
         }
@@ -283,7 +299,7 @@ impl KvCache for RingOfRows {
 
     fn layout(&self) -> Layout {
         let slots = self.slots.iter().map(|slot| match slot {
-            Some((p, _, _)) => Slot::Hot(*p),
+            Some(row) => Slot::Hot(row.position),
             None => Slot::Free,
         });
         Layout {

@@ -45,6 +45,10 @@ use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
 
+/// An opened subject and, for an external one, the link the driver shares
+/// with it.
+pub type LinkedCache = (Box<dyn KvCache>, Option<Arc<OpLink>>);
+
 /// Which implementation a command checks against the model. Cheap to
 /// clone: an external process and a factory are shared handles.
 #[derive(Clone, Debug, Default)]
@@ -178,11 +182,7 @@ impl SubjectSpec {
 
     /// [`SubjectSpec::open`] plus, for an external subject, the link the
     /// driver shares with it.
-    pub fn open_linked(
-        &self,
-        config: &Config,
-        device: &Device,
-    ) -> kvcache::Result<(Box<dyn KvCache>, Option<Arc<OpLink>>)> {
+    pub fn open_linked(&self, config: &Config, device: &Device) -> kvcache::Result<LinkedCache> {
         Ok(match self {
             SubjectSpec::Cache => (open_cache(config, device)?, None),
             SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
