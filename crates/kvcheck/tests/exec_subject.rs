@@ -216,6 +216,20 @@ fn a_subject_that_exits_mid_trace_is_a_crash_with_its_status_and_stderr() {
 }
 
 #[test]
+fn a_subject_that_raises_uncaught_is_a_crash_with_the_traceback() {
+    if python_missing() {
+        return;
+    }
+    let (d, _, _) = misbehave("raise", 2);
+    assert_eq!(d.kind, DivergenceKind::Crash, "{d}");
+    assert!(d.actual.contains("exit status: 1"), "{d}");
+    assert!(
+        d.actual.contains("RuntimeError: planted: the adapter itself is broken"),
+        "{d}"
+    );
+}
+
+#[test]
 fn a_subject_that_prints_garbage_or_short_payloads_breaks_the_protocol() {
     if python_missing() {
         return;

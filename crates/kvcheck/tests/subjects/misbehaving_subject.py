@@ -10,7 +10,8 @@ way that the harness must report as its own divergence kind.
   --misbehave KIND --at N   at op request N (0-based, over the process's
                             life): sleep (forever), exit (status 3),
                             garbage (a line that is not JSON), short (a K
-                            payload one byte short)
+                            payload one byte short), raise (an uncaught
+                            RuntimeError: the process dies with a traceback)
   --caps NAME               declare fewer capabilities: positions-only
                             (no K/V bytes), dense-writes-only
 """
@@ -58,6 +59,8 @@ class Misbehaving(reference_subject.Session):
                 sys.exit(3)
             if args.misbehave == "garbage":
                 return "this is not json"
+            if args.misbehave == "raise":
+                raise RuntimeError("planted: the adapter itself is broken")
         write = request.get("op", {}).get("write") if isinstance(request.get("op"), dict) else None
         if args.raise_on_overlap and write and write["start"] < self.cache.global_end < write["start"] + write["len"]:
             return reference_subject.exception("ValueError", "overlapping write")
@@ -78,7 +81,7 @@ def main():
     parser.add_argument("--fault", choices=sorted(reference_subject.FAULTS))
     parser.add_argument("--raise-on-refusal", action="store_true")
     parser.add_argument("--raise-on-overlap", action="store_true")
-    parser.add_argument("--misbehave", choices=["sleep", "exit", "garbage", "short"])
+    parser.add_argument("--misbehave", choices=["sleep", "exit", "garbage", "short", "raise"])
     parser.add_argument("--at", type=int, default=0)
     parser.add_argument("--caps", default="full", choices=["full"] + sorted(CAPS))
     session = Misbehaving(parser.parse_args())
