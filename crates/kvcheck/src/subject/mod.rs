@@ -18,8 +18,11 @@
 //!   prove that they catch and shrink real failures without planting bugs in
 //!   the shipped caches.
 //!
-//! Every engine opens its subject through [`SubjectSpec::open`] and drives it
-//! with the one lockstep driver.
+//! Every engine opens its subject through [`Lockstep::open`], which asks
+//! for its [`Capabilities`] first, and drives it with the one lockstep
+//! driver.
+//!
+//! [`Lockstep::open`]: crate::lockstep::Lockstep::open
 
 mod capabilities;
 mod exec;
