@@ -171,7 +171,7 @@ fn lenient_to_exact(options: &str) -> SubjectSpec {
 fn misbehave(kind: &str, at: usize) -> (Box<kvcheck::divergence::Divergence>, Duration, usize) {
     let (subject, process) = exec(
         &format!("--misbehave {kind} --at {at}"),
-        Duration::from_millis(1500),
+        Duration::from_secs(3),
     );
     let ops: Vec<Op> = (0..3).map(|i| Op::Write(Write::new(i, 1))).collect();
     let started = Instant::now();
@@ -194,7 +194,8 @@ fn a_subject_that_hangs_is_a_timeout_within_the_timeout() {
     let (d, elapsed, spawned) = misbehave("sleep", 1);
     assert_eq!(d.kind, DivergenceKind::Timeout, "{d}");
     assert_eq!(d.step, 1);
-    assert!(elapsed < Duration::from_secs(6), "took {elapsed:?}");
+    // The 3 s timeout, plus starting Python on a loaded machine.
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
     assert!(
         d.actual.contains("about to misbehave: sleep"),
         "stderr tail: {d}"
@@ -224,7 +225,8 @@ fn a_subject_that_raises_uncaught_is_a_crash_with_the_traceback() {
     assert_eq!(d.kind, DivergenceKind::Crash, "{d}");
     assert!(d.actual.contains("exit status: 1"), "{d}");
     assert!(
-        d.actual.contains("RuntimeError: planted: the adapter itself is broken"),
+        d.actual
+            .contains("RuntimeError: planted: the adapter itself is broken"),
         "{d}"
     );
 }

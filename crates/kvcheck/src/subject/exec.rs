@@ -46,6 +46,11 @@ pub const PROTOCOL: &str = "kvcheck-subject/1";
 /// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The least time a new process has for its `hello`: starting an
+/// interpreter and importing a framework can take far longer than answering
+/// one op.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Lines of the subject's stderr kept for reports.
 pub const STDERR_LINES: usize = 20;
 
@@ -402,6 +407,15 @@ impl Process {
 
     /// Sends one request line and returns the response line parsed as JSON.
     fn request(&mut self, request: &Value) -> Result<Value, SubjectFailure> {
+        self.request_within(request, self.timeout)
+    }
+
+    /// [`Process::request`] with its own timeout.
+    fn request_within(
+        &mut self,
+        request: &Value,
+        timeout: Duration,
+    ) -> Result<Value, SubjectFailure> {
         let mut line = request.to_string();
         line.push('\n');
         let sent = match self.stdin.as_mut() {
@@ -413,7 +427,7 @@ impl Process {
         if sent.is_err() {
             return Err(self.crashed());
         }
-        match self.lines.recv_timeout(self.timeout) {
+        match self.lines.recv_timeout(timeout) {
             Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
                 Ok(value) => Ok(value),
                 Err(e) => Err(self.protocol(format!(
@@ -426,16 +440,17 @@ impl Process {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 Err(SubjectFailure::Timeout {
-                    after: self.timeout,
+                    after: timeout,
                     stderr: self.stderr_tail(),
                 })
             }
         }
     }
 
-    /// Sends a request and decodes its response as `T` under `key`.
+    /// Says hello and reads the name and capabilities.
     fn hello(&mut self) -> Result<Hello, SubjectFailure> {
-        let response = self.request(&json!({"hello": {"protocol": PROTOCOL}}))?;
+        let timeout = self.timeout.max(STARTUP_TIMEOUT);
+        let response = self.request_within(&json!({"hello": {"protocol": PROTOCOL}}), timeout)?;
         let raw = response
             .get("hello")
             .cloned()

@@ -34,7 +34,8 @@ mod shipped;
 pub use capabilities::{Capabilities, Feature, OpKind, Unsupported};
 pub use exec::{
     exact_kinds_from_env, parse_timeout, tensor_bytes, tensor_from_bytes, timeout_from_env,
-    ExecCache, ExecSubject, Hello, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STDERR_LINES,
+    ExecCache, ExecSubject, Hello, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL,
+    STARTUP_TIMEOUT, STDERR_LINES,
 };
 pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
