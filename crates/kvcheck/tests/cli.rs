@@ -262,6 +262,10 @@ fn every_engine_takes_an_exec_subject_with_its_options() {
     let (code, stdout, _) = kvcheck(&["explain", small.to_str().unwrap(), "--subject", &faulty]);
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("values divergence"), "{stdout}");
+    assert!(
+        stdout.contains("slots   (not reported by the subject)"),
+        "{stdout}"
+    );
     let corpus = scratch("exec_save");
     let (code, stdout, _) = kvcheck(&[
         "save",
