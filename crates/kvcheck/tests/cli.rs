@@ -280,6 +280,26 @@ fn every_engine_takes_an_exec_subject_with_its_options() {
     assert_eq!(code, 0, "{stdout}");
     let stored = kvcheck::trace::Trace::load(&corpus.join("stale.kvtrace.json")).unwrap();
     assert_eq!(stored.ops.len(), 2, "minimized before saving: {stdout}");
+    // A grid keeps only the configs the subject can express.
+    let narrow = python_subject("tests/subjects/misbehaving_subject.py").unwrap();
+    let narrow = format!("{narrow} --caps dense-writes-only");
+    let (code, stdout, stderr) = kvcheck(&[
+        "explore",
+        "--grid",
+        "--depth",
+        "1",
+        "--small-alphabet",
+        "--max-capacity",
+        "2",
+        "--no-sometimes",
+        "--subject",
+        &narrow,
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("skipped 44 of 50 grid configs: unsupported by the subject"),
+        "{stderr}"
+    );
     // A bad timeout is refused up front.
     let (code, _, stderr) = kvcheck(&[
         "replay",
