@@ -204,6 +204,17 @@ fn a_subject_that_hangs_is_a_timeout_within_the_timeout() {
 }
 
 #[test]
+fn a_slow_first_open_has_the_start_up_allowance() {
+    if python_missing() {
+        return;
+    }
+    let (subject, _) = exec("--slow-start 1.5", Duration::from_millis(700));
+    let trace = Trace::new(sink_config(), vec![Op::Write(Write::new(0, 2))]);
+    let report = replay(&trace, None, Some(subject), None);
+    assert!(report.passed(), "{}", report.failure().unwrap_or_default());
+}
+
+#[test]
 fn a_subject_that_exits_mid_trace_is_a_crash_with_its_status_and_stderr() {
     if python_missing() {
         return;

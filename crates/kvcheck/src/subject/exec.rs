@@ -46,9 +46,10 @@ pub const PROTOCOL: &str = "kvcheck-subject/1";
 /// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The least time a new process has for its `hello`: starting an
-/// interpreter and importing a framework can take far longer than answering
-/// one op.
+/// The least time a new process has for its `hello` and its first `open`:
+/// starting an interpreter and importing a framework (an adapter may answer
+/// `hello` at once and import in the background until `open`) can take far
+/// longer than answering one op.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Lines of the subject's stderr kept for reports.
@@ -285,6 +286,9 @@ struct Process {
     stderr: Arc<Mutex<VecDeque<String>>>,
     stderr_reader: Option<JoinHandle<()>>,
     timeout: Duration,
+    /// Whether an `open` has been answered (the first one has the start-up
+    /// allowance).
+    opened: bool,
 }
 
 /// Longest excerpt of a bad line quoted in a report.
@@ -355,6 +359,7 @@ impl Process {
             stderr,
             stderr_reader: Some(stderr_reader),
             timeout,
+            opened: false,
         })
     }
 
@@ -488,7 +493,16 @@ impl Process {
 
     /// Sends a request and parses its `ok` / `err` / `exception` response.
     fn call(&mut self, request: &Value) -> Result<OkBody, SubjectFailure> {
-        let value = self.request(request)?;
+        self.call_within(request, self.timeout)
+    }
+
+    /// [`Process::call`] with its own timeout.
+    fn call_within(
+        &mut self,
+        request: &Value,
+        timeout: Duration,
+    ) -> Result<OkBody, SubjectFailure> {
+        let value = self.request_within(request, timeout)?;
         let response = match serde_json::from_value::<Response>(value.clone()) {
             Ok(response) => response,
             Err(e) => {
@@ -678,7 +692,14 @@ impl ExecSubject {
         if filled.variant == Variant::Packed {
             filled.packed = Some(filled.packed_policy());
         }
-        match process.call(&json!({"open": {"config": filled}})) {
+        let timeout = if process.opened {
+            process.timeout
+        } else {
+            process.timeout.max(STARTUP_TIMEOUT)
+        };
+        let answer = process.call_within(&json!({"open": {"config": filled}}), timeout);
+        process.opened = true;
+        match answer {
             Ok(_) => Ok(ExecCache {
                 subject: Arc::clone(self),
                 process: RefCell::new(Some(process)),

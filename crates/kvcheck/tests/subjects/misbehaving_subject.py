@@ -12,6 +12,8 @@ way that the harness must report as its own divergence kind.
                             garbage (a line that is not JSON), short (a K
                             payload one byte short), raise (an uncaught
                             RuntimeError: the process dies with a traceback)
+  --slow-start S            take S seconds over the first open (an
+                            adapter importing a framework)
   --caps NAME               declare fewer capabilities: positions-only
                             (no K/V bytes), dense-writes-only
 """
@@ -47,6 +49,9 @@ class Misbehaving(reference_subject.Session):
             if args.caps in CAPS:
                 response["hello"]["capabilities"] = CAPS[args.caps]
             return response
+        if "open" in request and args.slow_start:
+            time.sleep(args.slow_start)
+            args.slow_start = 0
         if "op" not in request and "view" not in request:
             return super().handle(request)
         at_turn = args.misbehave and self.requests == args.at
@@ -83,6 +88,7 @@ def main():
     parser.add_argument("--raise-on-overlap", action="store_true")
     parser.add_argument("--misbehave", choices=["sleep", "exit", "garbage", "short", "raise"])
     parser.add_argument("--at", type=int, default=0)
+    parser.add_argument("--slow-start", type=float, default=0)
     parser.add_argument("--caps", default="full", choices=["full"] + sorted(CAPS))
     session = Misbehaving(parser.parse_args())
 
