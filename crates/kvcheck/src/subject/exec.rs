@@ -410,12 +410,8 @@ impl Process {
         }
     }
 
-    /// Sends one request line and returns the response line parsed as JSON.
-    fn request(&mut self, request: &Value) -> Result<Value, SubjectFailure> {
-        self.request_within(request, self.timeout)
-    }
-
-    /// [`Process::request`] with its own timeout.
+    /// Sends one request line and returns the response line, within
+    /// `timeout`, parsed as JSON.
     fn request_within(
         &mut self,
         request: &Value,
