@@ -376,13 +376,14 @@ pub fn run_case_on<F: Family>(
     use proptest::strategy::{Strategy as _, ValueTree as _};
     let capabilities = capabilities_of(subject)?;
     profile_support(F::PROFILE, &capabilities).map_err(|e| e.to_string())?;
-    let strategy = with_subject(subject, capabilities, || {
+    // The strategy reads the subject when it draws (initial states are a
+    // static function), so the draw runs with it set.
+    let (state, transitions, _) = with_subject(subject, capabilities, || {
         KvReference::<F>::sequential_strategy(1..=max_ops.max(1))
-    });
-    let (state, transitions, _) = strategy
-        .new_tree(runner)
-        .map_err(|e| e.to_string())?
-        .current();
+            .new_tree(runner)
+            .map(|tree| tree.current())
+    })
+    .map_err(|e| e.to_string())?;
     let mut lockstep =
         Lockstep::open(state.model.config(), subject, &Device::Cpu).map_err(|e| e.to_string())?;
     let mut outcome = CaseOutcome {

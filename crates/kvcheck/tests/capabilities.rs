@@ -9,6 +9,7 @@ use kvcheck::divergence::DivergenceKind;
 use kvcheck::explore::Alphabet;
 use kvcheck::fuzzcase::FuzzCase;
 use kvcheck::lockstep::{Lockstep, SetupError};
+use kvcheck::machine::CASE_RUNNERS;
 use kvcheck::minimize::minimize;
 use kvcheck::strategy::{ops, profile_configs, profile_support, RefState, PROFILES};
 use kvcheck::subject::{Capabilities, Factory, Fault, OpKind, ReferenceCache, SubjectSpec};
@@ -95,6 +96,30 @@ fn strategies_draw_only_supported_configs_and_ops() {
             "batch2",
             "packed"
         ]
+    );
+}
+
+#[test]
+fn campaign_cases_stay_within_the_capabilities() {
+    let subject: SubjectSpec = Factory::new("narrow", narrow(), |config, device| {
+        Ok(Box::new(ReferenceCache::new(config, device)?))
+    })
+    .into();
+    let half = PROFILES.iter().position(|p| p.name == "half").unwrap();
+    let mut runner = TestRunner::deterministic();
+    for _ in 0..64 {
+        let outcome = CASE_RUNNERS[half](&mut runner, 40, &subject).unwrap();
+        assert!(
+            outcome.divergence.is_none(),
+            "{}",
+            outcome.divergence.unwrap()
+        );
+    }
+    let tiny = PROFILES.iter().position(|p| p.name == "tiny").unwrap();
+    let err = CASE_RUNNERS[tiny](&mut runner, 40, &subject).err().unwrap();
+    assert!(
+        err.contains("unsupported by the subject: profile tiny"),
+        "{err}"
     );
 }
 
