@@ -186,21 +186,59 @@ fn misbehave(kind: &str, at: usize) -> (Box<kvcheck::divergence::Divergence>, Du
     (divergence, elapsed, process.spawned())
 }
 
+/// [`misbehave`], asserting the divergence's kind and step and that its
+/// report says each of `says`; returns the time taken and the processes
+/// started.
+fn assert_reported(
+    misbehaviour: &str,
+    at: usize,
+    kind: DivergenceKind,
+    says: &[&str],
+) -> (Duration, usize) {
+    let (d, elapsed, spawned) = misbehave(misbehaviour, at);
+    assert_eq!((d.kind, d.step), (kind, at), "{d}");
+    for needle in says {
+        assert!(d.actual.contains(needle), "{needle:?} missing from {d}");
+    }
+    (elapsed, spawned)
+}
+
 #[test]
 fn a_subject_that_hangs_is_a_timeout_within_the_timeout() {
     if python_missing() {
         return;
     }
-    let (d, elapsed, spawned) = misbehave("sleep", 1);
-    assert_eq!(d.kind, DivergenceKind::Timeout, "{d}");
-    assert_eq!(d.step, 1);
+    let says = ["within 3s", "about to misbehave: sleep"];
+    let (elapsed, spawned) = assert_reported("sleep", 1, DivergenceKind::Timeout, &says);
     // The 3 s timeout, plus starting Python on a loaded machine.
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
-    assert!(
-        d.actual.contains("about to misbehave: sleep"),
-        "stderr tail: {d}"
-    );
     assert_eq!(spawned, 2);
+}
+
+#[test]
+fn a_subject_that_exits_or_raises_mid_trace_is_a_crash_with_its_status_and_stderr() {
+    if python_missing() {
+        return;
+    }
+    let says = ["exit status: 3", "about to misbehave: exit"];
+    let (_, spawned) = assert_reported("exit", 2, DivergenceKind::Crash, &says);
+    assert_eq!(spawned, 2);
+    let says = [
+        "exit status: 1",
+        "RuntimeError: planted: the adapter itself is broken",
+    ];
+    assert_reported("raise", 2, DivergenceKind::Crash, &says);
+}
+
+#[test]
+fn a_subject_that_prints_garbage_or_short_payloads_breaks_the_protocol() {
+    if python_missing() {
+        return;
+    }
+    let says = ["this is not json"];
+    assert_reported("garbage", 1, DivergenceKind::Protocol, &says);
+    let says = ["k has 7 bytes, expected 8"];
+    assert_reported("short", 1, DivergenceKind::Protocol, &says);
 }
 
 #[test]
@@ -212,47 +250,6 @@ fn a_slow_first_open_has_the_start_up_allowance() {
     let trace = Trace::new(sink_config(), vec![Op::Write(Write::new(0, 2))]);
     let report = replay(&trace, None, Some(subject), None);
     assert!(report.passed(), "{}", report.failure().unwrap_or_default());
-}
-
-#[test]
-fn a_subject_that_exits_mid_trace_is_a_crash_with_its_status_and_stderr() {
-    if python_missing() {
-        return;
-    }
-    let (d, _, spawned) = misbehave("exit", 2);
-    assert_eq!(d.kind, DivergenceKind::Crash, "{d}");
-    assert_eq!(d.step, 2);
-    assert!(d.actual.contains("exit status: 3"), "{d}");
-    assert!(d.actual.contains("about to misbehave: exit"), "{d}");
-    assert_eq!(spawned, 2);
-}
-
-#[test]
-fn a_subject_that_raises_uncaught_is_a_crash_with_the_traceback() {
-    if python_missing() {
-        return;
-    }
-    let (d, _, _) = misbehave("raise", 2);
-    assert_eq!(d.kind, DivergenceKind::Crash, "{d}");
-    assert!(d.actual.contains("exit status: 1"), "{d}");
-    assert!(
-        d.actual
-            .contains("RuntimeError: planted: the adapter itself is broken"),
-        "{d}"
-    );
-}
-
-#[test]
-fn a_subject_that_prints_garbage_or_short_payloads_breaks_the_protocol() {
-    if python_missing() {
-        return;
-    }
-    let (d, _, _) = misbehave("garbage", 1);
-    assert_eq!(d.kind, DivergenceKind::Protocol, "{d}");
-    assert!(d.actual.contains("this is not json"), "{d}");
-    let (d, _, _) = misbehave("short", 1);
-    assert_eq!(d.kind, DivergenceKind::Protocol, "{d}");
-    assert!(d.actual.contains("k has 7 bytes, expected 8"), "{d}");
 }
 
 #[test]
