@@ -1,7 +1,9 @@
 //! The property suites: every profile's state machine, the model against
 //! the shipped cache, checked op by op by the lockstep driver.
 //!
-//! Knobs (see `kvcheck::machine`): `KVCHECK_CASES` (default 256),
+//! Knobs (see `kvcheck::machine`): `KVCHECK_SUBJECT` (default: the shipped
+//! caches; `reference`, `fault:NAME` or `exec:COMMAND ARGS` check another
+//! subject), `KVCHECK_CASES` (default 256),
 //! `KVCHECK_MAX_OPS` (default 40), `KVCHECK_SEED` (fixed per profile).
 //! A failure prints the shrunk sequence's report and the path of its
 //! kvtrace file under `target/kvcheck-failures/`.

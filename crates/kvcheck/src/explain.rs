@@ -266,8 +266,13 @@ fn strip(step: &StepView) -> String {
     out
 }
 
-/// The slot layout as text: `[0 1 2c -]` (`c` cold, `-` free).
+/// The slot layout as text: `[0 1 2c -]` (`c` cold, `-` free). A cache
+/// has at least one slot, so none means a subject that does not report its
+/// layout (another process).
 pub fn layout_line(slots: &[Slot]) -> String {
+    if slots.is_empty() {
+        return "(not reported by the subject)".to_string();
+    }
     let cells: Vec<String> = slots
         .iter()
         .map(|s| match s {

@@ -19,11 +19,12 @@
 //! a seed corpus.
 
 use arbitrary::{Arbitrary, Unstructured};
+use candle_core::Device;
 use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant, Write};
 
 use crate::lockstep::Lockstep;
 use crate::replay::replay;
-use crate::subject::SubjectSpec;
+use crate::subject::{Capabilities, Feature, OpKind, SubjectSpec};
 use crate::trace::Trace;
 
 /// Ops decoded at most for the lockstep targets.
@@ -198,6 +199,48 @@ impl Cursor {
     }
 }
 
+/// `config` without what `capabilities` lack (see [`FuzzCase::decode_for`]).
+fn restrict_config(mut config: Config, capabilities: &Capabilities) -> Config {
+    if !capabilities.dtypes.contains(&config.dtype) {
+        if let Some(&dtype) = capabilities.dtypes.first() {
+            config.dtype = dtype;
+        }
+    }
+    if !capabilities.has(Feature::Window) {
+        config.window = None;
+    }
+    if !capabilities.has(Feature::Growth) {
+        config.growth = false;
+    }
+    if !capabilities.has(Feature::GlobalSink) {
+        config.global_sink = 0;
+    }
+    if !capabilities.has(Feature::Quant) && config.variant == Variant::Packed {
+        config.packed = Some(PackedPolicy {
+            quant: Quant::None,
+            ..config.packed_policy()
+        });
+    }
+    config
+}
+
+/// `op` without what `capabilities` lack (see [`FuzzCase::decode_for`]).
+fn restrict_op(op: Op, cursor: &Cursor, capabilities: &Capabilities) -> Op {
+    match op {
+        Op::Write(mut w) => {
+            if !capabilities.has(Feature::HeadRanges) {
+                w.heads = None;
+            }
+            if !capabilities.has(Feature::RecentWindow) {
+                w.recent_window = None;
+            }
+            Op::Write(w)
+        }
+        other if capabilities.has_op(OpKind::of(&other)) => other,
+        _ => Op::write(cursor.global_end(), 1, None, None),
+    }
+}
+
 /// Head range from an options byte: bit 0 set means `[bits 2-3, 1 + bits 4-5]`
 /// (may reach past the last head: `head_range`).
 fn heads_option(c: u8) -> Option<[i64; 2]> {
@@ -268,9 +311,24 @@ impl FuzzCase {
     /// Decodes fuzzer bytes for `variant` with at most `max_ops` ops. Total:
     /// every byte string decodes (missing bytes read as zeros).
     pub fn decode(variant: Variant, data: &[u8], max_ops: usize) -> FuzzCase {
+        Self::decode_for(variant, data, max_ops, &Capabilities::full())
+    }
+
+    /// [`FuzzCase::decode`] within a subject's `capabilities` (whose
+    /// variants must include `variant`): the config drops the features it
+    /// lacks (window, growth, global sink, quantization; an unsupported
+    /// dtype becomes its first dtype), writes drop head ranges and recent
+    /// windows it lacks, and an op kind it lacks decodes as an append of
+    /// one position. Still total.
+    pub fn decode_for(
+        variant: Variant,
+        data: &[u8],
+        max_ops: usize,
+        capabilities: &Capabilities,
+    ) -> FuzzCase {
         let mut u = Unstructured::new(data);
         let fuzz_config = FuzzConfig::arbitrary(&mut u).unwrap_or_default();
-        let config = fuzz_config.to_config(variant);
+        let config = restrict_config(fuzz_config.to_config(variant), capabilities);
         let mut cursor = Cursor {
             model: Model::new(&config).expect("fuzz configs are valid by construction"),
             last_append: None,
@@ -280,7 +338,7 @@ impl FuzzCase {
             let mut bytes = [0u8; OP_BYTES];
             // Fills with zeros past the end: never fails.
             let _ = u.fill_buffer(&mut bytes);
-            let op = decode_op(bytes, &cursor);
+            let op = restrict_op(decode_op(bytes, &cursor), &cursor, capabilities);
             cursor.apply(ops.len(), &op);
             ops.push(op);
         }
@@ -408,8 +466,14 @@ fn encode_op(op: &Op, cursor: &Cursor) -> [u8; OP_BYTES] {
 /// The body of `dense_lockstep` / `packed_lockstep`: the case through the
 /// lockstep driver. `Err` holds the divergence report and the kvtrace JSON.
 pub fn check_lockstep(case: &FuzzCase) -> Result<(), String> {
-    let mut run =
-        Lockstep::new(&case.config).map_err(|e| format!("setup failed for a valid config: {e}"))?;
+    check_lockstep_on(case, &SubjectSpec::Cache)
+}
+
+/// [`check_lockstep`] on `subject` (decode the case with
+/// [`FuzzCase::decode_for`] and the subject's capabilities).
+pub fn check_lockstep_on(case: &FuzzCase, subject: &SubjectSpec) -> Result<(), String> {
+    let mut run = Lockstep::open(&case.config, subject, &Device::Cpu)
+        .map_err(|e| format!("setup failed for a valid config: {e}"))?;
     run.run(&case.ops)
         .map_err(|d| format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json()))
 }

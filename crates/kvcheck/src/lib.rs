@@ -12,8 +12,12 @@
 //! - [`coverage::Coverage`], the labelled events a run reached;
 //! - [`explore::Explorer`], breadth-first exploration of every op
 //!   sequence up to a depth, with shortest counterexamples;
-//! - [`subject`], the implementations under test, including the naive
-//!   [`subject::ReferenceCache`] with injectable faults.
+//! - [`subject`], the implementations under test: the shipped caches, the
+//!   naive [`subject::ReferenceCache`] with injectable faults, a cache in
+//!   another process ([`subject::ExecSubject`], `docs/subject-protocol.md`)
+//!   or in another crate ([`subject::Factory`]), each with its
+//!   [`subject::Capabilities`];
+//! - [`suite`], every engine for a cache of another crate in one call.
 //!
 //! ```
 //! use kvcheck::lockstep::Lockstep;

@@ -81,7 +81,8 @@ impl Lockstep {
     }
 
     /// The model and any cache (a constructed failing subject, say), named
-    /// `subject` in reports.
+    /// `subject` in reports, compared with every capability (use
+    /// [`Lockstep::open`] for a subject that has fewer).
     pub fn with_cache(
         config: &Config,
         cache: Box<dyn KvCache>,

@@ -305,8 +305,24 @@ fn run_family<F: Family>(
     match result {
         Ok(()) => {}
         Err(TestError::Fail(reason, (_, transitions, _))) => {
+            let trace = failure_path(profile);
+            let reproduce = match &settings.subject {
+                SubjectSpec::Cache => format!(
+                    "cargo run --release -p kvcheck -- replay {}",
+                    trace.display()
+                ),
+                SubjectSpec::Factory(_) => format!(
+                    "kvcheck::replay::replay(&Trace::load({:?})?, None, Some(factory.into()), None)",
+                    trace.display()
+                ),
+                other => format!(
+                    "cargo run --release -p kvcheck -- replay {} --subject {}",
+                    trace.display(),
+                    shell_words::quote(&subject_label(other))
+                ),
+            };
             return Err(format!(
-                "profile {}: divergence found in case {} of {} on {} ({}), shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: cargo run --release -p kvcheck -- replay {}{}",
+                "profile {}: divergence found in case {} of {} on {} ({}), shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: {reproduce}",
                 profile.name,
                 first_failure.get().unwrap_or(0),
                 settings.cases,
@@ -315,16 +331,12 @@ fn run_family<F: Family>(
                 transitions.len(),
                 runs.get().saturating_sub(first_failure.get().unwrap_or(0)),
                 reason.message(),
-                failure_path(profile).display(),
-                failure_path(profile).display(),
-                match &settings.subject {
-                    SubjectSpec::Cache => String::new(),
-                    SubjectSpec::Factory(_) => " --subject <this factory: use kvcheck::suite::replay>".to_string(),
-                    other => format!(" --subject {}", shell_words::quote(&subject_label(other))),
-                }
-            ))
+                trace.display(),
+            ));
         }
-        Err(TestError::Abort(reason)) => return Err(format!("profile {}: aborted: {reason}", profile.name)),
+        Err(TestError::Abort(reason)) => {
+            return Err(format!("profile {}: aborted: {reason}", profile.name))
+        }
     }
     let required = required_events(profile, capabilities);
     let missing = coverage.missing(&required);
@@ -364,13 +376,14 @@ pub fn run_case_on<F: Family>(
     use proptest::strategy::{Strategy as _, ValueTree as _};
     let capabilities = capabilities_of(subject)?;
     profile_support(F::PROFILE, &capabilities).map_err(|e| e.to_string())?;
-    let strategy = with_subject(subject, capabilities, || {
+    // The strategy reads the subject when it draws (initial states are a
+    // static function), so the draw runs with it set.
+    let (state, transitions, _) = with_subject(subject, capabilities, || {
         KvReference::<F>::sequential_strategy(1..=max_ops.max(1))
-    });
-    let (state, transitions, _) = strategy
-        .new_tree(runner)
-        .map_err(|e| e.to_string())?
-        .current();
+            .new_tree(runner)
+            .map(|tree| tree.current())
+    })
+    .map_err(|e| e.to_string())?;
     let mut lockstep =
         Lockstep::open(state.model.config(), subject, &Device::Cpu).map_err(|e| e.to_string())?;
     let mut outcome = CaseOutcome {
@@ -405,8 +418,11 @@ pub const CASE_RUNNERS: [CaseRunner; 9] = [
     run_case_on::<Packed>,
 ];
 
+/// A profile's suite: [`check_family`] of its family.
+pub type Suite = fn(&SuiteSettings) -> Result<Coverage, String>;
+
 /// [`check_family`] for each profile, aligned with [`PROFILES`].
-pub const SUITES: [fn(&SuiteSettings) -> Result<Coverage, String>; 9] = [
+pub const SUITES: [Suite; 9] = [
     check_family::<Tiny>,
     check_family::<Sinks>,
     check_family::<Window>,

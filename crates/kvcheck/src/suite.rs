@@ -8,13 +8,12 @@
 //!   profile the capabilities allow (knobs `KVCHECK_CASES`,
 //!   `KVCHECK_MAX_OPS`, `KVCHECK_SEED`, as for the shipped caches);
 //! - [`explore`]: exhaustive exploration of one configuration;
-//! - [`minimize`](crate::minimize::minimize), [`explain`](crate::explain::walk)
+//! - [`minimize`], [`explain`](crate::explain::walk)
 //!   and [`save`] with `SubjectSpec::from(factory)`.
 //!
 //! ```no_run
 //! use kvcheck::subject::{Capabilities, ReferenceCache};
 //!
-//! # std::env::set_var("KVCHECK_CASES", "4");
 //! kvcheck::suite::assert_all("naive", Capabilities::full(), |config, device| {
 //!     Ok(Box::new(ReferenceCache::new(config, device)?))
 //! });

@@ -176,3 +176,136 @@ fn explain_html_writes_the_page_of_the_docs_example() {
     assert!(html.contains("id=\"divergence\""), "{html}");
     assert_eq!(html.matches("<tr class=\"step").count(), 8, "{html}");
 }
+
+/// `exec:` with the Python reference subject (needs `python3`).
+fn python_subject(options: &str) -> Option<String> {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 is not on PATH; install it to run the exec-subject CLI tests");
+        return None;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(options);
+    Some(format!("exec:python3 {}", script.display()))
+}
+
+#[test]
+fn every_engine_takes_an_exec_subject_with_its_options() {
+    let Some(subject) = python_subject("../../adapters/reference_subject.py") else {
+        return;
+    };
+    let vectors = vectors();
+    let (code, stdout, stderr) = kvcheck(&[
+        "replay",
+        vectors.to_str().unwrap(),
+        "--quiet",
+        "--subject",
+        &subject,
+        "--subject-timeout",
+        "5",
+        "--exact-kinds",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("21 passed, 0 failed"), "{stdout}");
+    assert!(
+        stderr.contains("timeout 5s; error kinds compared exactly"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = kvcheck(&[
+        "explore",
+        "--depth",
+        "2",
+        "--capacity",
+        "2",
+        "--sink",
+        "1",
+        "--no-sometimes",
+        "--subject",
+        &subject,
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stderr.contains("refusals compared as refused"), "{stderr}");
+    // A planted fault: found by run, minimized, explained.
+    let faulty = format!("{subject} --fault stale-rewrite");
+    let out = scratch("exec_run");
+    let (code, stdout, _) = kvcheck(&[
+        "run",
+        "--profile",
+        "tiny",
+        "--time",
+        "20",
+        "--cases",
+        "50",
+        "--seed",
+        "1",
+        "--subject",
+        &faulty,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    let saved = std::fs::read_dir(&out)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let small = out.join("small.kvtrace.json");
+    let (code, _, stderr) = kvcheck(&[
+        "minimize",
+        saved.to_str().unwrap(),
+        "-o",
+        small.to_str().unwrap(),
+        "--subject",
+        &faulty,
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("kept:   values at step 1"), "{stderr}");
+    let (code, stdout, _) = kvcheck(&["explain", small.to_str().unwrap(), "--subject", &faulty]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("values divergence"), "{stdout}");
+    assert!(
+        stdout.contains("slots   (not reported by the subject)"),
+        "{stdout}"
+    );
+    let corpus = scratch("exec_save");
+    let (code, stdout, _) = kvcheck(&[
+        "save",
+        saved.to_str().unwrap(),
+        "--name",
+        "stale",
+        "--dir",
+        corpus.to_str().unwrap(),
+        "--subject",
+        &faulty,
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    let stored = kvcheck::trace::Trace::load(&corpus.join("stale.kvtrace.json")).unwrap();
+    assert_eq!(stored.ops.len(), 2, "minimized before saving: {stdout}");
+    // A grid keeps only the configs the subject can express.
+    let narrow = python_subject("tests/subjects/misbehaving_subject.py").unwrap();
+    let narrow = format!("{narrow} --caps dense-writes-only");
+    let (code, stdout, stderr) = kvcheck(&[
+        "explore",
+        "--grid",
+        "--depth",
+        "1",
+        "--small-alphabet",
+        "--max-capacity",
+        "2",
+        "--no-sometimes",
+        "--subject",
+        &narrow,
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("skipped 44 of 50 grid configs: unsupported by the subject"),
+        "{stderr}"
+    );
+    // A bad timeout is refused up front.
+    let (code, _, stderr) = kvcheck(&[
+        "replay",
+        vectors.to_str().unwrap(),
+        "--subject-timeout",
+        "-1",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+}

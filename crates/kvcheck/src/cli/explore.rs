@@ -107,6 +107,32 @@ pub fn run(args: Args) -> ExitCode {
     let depth = args.depth.unwrap_or_else(default_depth);
     let subject = args.subject.spec();
     super::announce(&subject);
+    let capabilities = match subject.capabilities() {
+        Ok(capabilities) => capabilities,
+        Err(e) => {
+            eprintln!("error: cannot ask the subject for its capabilities: {e}");
+            return ExitCode::from(EXIT_MISMATCH);
+        }
+    };
+    // A grid keeps the configs the subject can express; a single config
+    // or prefix it cannot express is bad input.
+    let before = configs.len();
+    let configs: Vec<Config> = configs
+        .into_iter()
+        .filter(|c| capabilities.supports_config(c).is_ok() || !args.grid)
+        .collect();
+    if before > configs.len() {
+        eprintln!(
+            "skipped {} of {before} grid configs: unsupported by the subject",
+            before - configs.len()
+        );
+    }
+    for config in &configs {
+        if let Err(e) = capabilities.supports_trace(config, &prefix) {
+            eprintln!("error: {}: {e}", describe_config(config));
+            return ExitCode::from(EXIT_INPUT);
+        }
+    }
     let limit = args.time_limit.map(Duration::from_secs_f64);
     let bar = progress_bar(configs.len());
     let started = Instant::now();

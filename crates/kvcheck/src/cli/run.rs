@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::coverage::{Coverage, EVENTS};
 use kvcheck::machine::CASE_RUNNERS;
-use kvcheck::strategy::{profile_support, PROFILES};
+use kvcheck::strategy::{profile_support, required_events, PROFILES};
+use kvcheck::subject::Capabilities;
 use kvcheck::Variant;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
@@ -186,10 +187,15 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     bar.finish_and_clear();
-    print_tables(&selected, &tallies, started.elapsed())
+    print_tables(&selected, &tallies, started.elapsed(), &capabilities)
 }
 
-fn print_tables(selected: &[usize], tallies: &[Tally], elapsed: Duration) -> ExitCode {
+fn print_tables(
+    selected: &[usize],
+    tallies: &[Tally],
+    elapsed: Duration,
+    capabilities: &Capabilities,
+) -> ExitCode {
     println!(
         "\n{:<12} {:<7} {:>8} {:>10} {:>10} {:>11}  missing events",
         "profile", "cache", "cases", "ops", "ops/s", "divergences"
@@ -199,7 +205,7 @@ fn print_tables(selected: &[usize], tallies: &[Tally], elapsed: Duration) -> Exi
     for (slot, &profile) in selected.iter().enumerate() {
         let (p, t) = (&PROFILES[profile], &tallies[slot]);
         let rate = t.ops as f64 / t.busy.as_secs_f64().max(1e-9);
-        let missing = t.coverage.missing(p.required);
+        let missing = t.coverage.missing(&required_events(p, capabilities));
         let missing = if t.cases == 0 {
             "(not run)".to_string()
         } else if missing.is_empty() {

@@ -46,6 +46,12 @@ pub const PROTOCOL: &str = "kvcheck-subject/1";
 /// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The least time a new process has for its `hello` and its first `open`:
+/// starting an interpreter and importing a framework (an adapter may answer
+/// `hello` at once and import in the background until `open`) can take far
+/// longer than answering one op.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Lines of the subject's stderr kept for reports.
 pub const STDERR_LINES: usize = 20;
 
@@ -280,6 +286,9 @@ struct Process {
     stderr: Arc<Mutex<VecDeque<String>>>,
     stderr_reader: Option<JoinHandle<()>>,
     timeout: Duration,
+    /// Whether an `open` has been answered (the first one has the start-up
+    /// allowance).
+    opened: bool,
 }
 
 /// Longest excerpt of a bad line quoted in a report.
@@ -350,6 +359,7 @@ impl Process {
             stderr,
             stderr_reader: Some(stderr_reader),
             timeout,
+            opened: false,
         })
     }
 
@@ -400,8 +410,13 @@ impl Process {
         }
     }
 
-    /// Sends one request line and returns the response line parsed as JSON.
-    fn request(&mut self, request: &Value) -> Result<Value, SubjectFailure> {
+    /// Sends one request line and returns the response line, within
+    /// `timeout`, parsed as JSON.
+    fn request_within(
+        &mut self,
+        request: &Value,
+        timeout: Duration,
+    ) -> Result<Value, SubjectFailure> {
         let mut line = request.to_string();
         line.push('\n');
         let sent = match self.stdin.as_mut() {
@@ -413,7 +428,7 @@ impl Process {
         if sent.is_err() {
             return Err(self.crashed());
         }
-        match self.lines.recv_timeout(self.timeout) {
+        match self.lines.recv_timeout(timeout) {
             Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
                 Ok(value) => Ok(value),
                 Err(e) => Err(self.protocol(format!(
@@ -426,16 +441,17 @@ impl Process {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 Err(SubjectFailure::Timeout {
-                    after: self.timeout,
+                    after: timeout,
                     stderr: self.stderr_tail(),
                 })
             }
         }
     }
 
-    /// Sends a request and decodes its response as `T` under `key`.
+    /// Says hello and reads the name and capabilities.
     fn hello(&mut self) -> Result<Hello, SubjectFailure> {
-        let response = self.request(&json!({"hello": {"protocol": PROTOCOL}}))?;
+        let timeout = self.timeout.max(STARTUP_TIMEOUT);
+        let response = self.request_within(&json!({"hello": {"protocol": PROTOCOL}}), timeout)?;
         let raw = response
             .get("hello")
             .cloned()
@@ -473,7 +489,16 @@ impl Process {
 
     /// Sends a request and parses its `ok` / `err` / `exception` response.
     fn call(&mut self, request: &Value) -> Result<OkBody, SubjectFailure> {
-        let value = self.request(request)?;
+        self.call_within(request, self.timeout)
+    }
+
+    /// [`Process::call`] with its own timeout.
+    fn call_within(
+        &mut self,
+        request: &Value,
+        timeout: Duration,
+    ) -> Result<OkBody, SubjectFailure> {
+        let value = self.request_within(request, timeout)?;
         let response = match serde_json::from_value::<Response>(value.clone()) {
             Ok(response) => response,
             Err(e) => {
@@ -663,7 +688,14 @@ impl ExecSubject {
         if filled.variant == Variant::Packed {
             filled.packed = Some(filled.packed_policy());
         }
-        match process.call(&json!({"open": {"config": filled}})) {
+        let timeout = if process.opened {
+            process.timeout
+        } else {
+            process.timeout.max(STARTUP_TIMEOUT)
+        };
+        let answer = process.call_within(&json!({"open": {"config": filled}}), timeout);
+        process.opened = true;
+        match answer {
             Ok(_) => Ok(ExecCache {
                 subject: Arc::clone(self),
                 process: RefCell::new(Some(process)),

@@ -18,8 +18,11 @@
 //!   prove that they catch and shrink real failures without planting bugs in
 //!   the shipped caches.
 //!
-//! Every engine opens its subject through [`SubjectSpec::open`] and drives it
-//! with the one lockstep driver.
+//! Every engine opens its subject through [`Lockstep::open`], which asks
+//! for its [`Capabilities`] first, and drives it with the one lockstep
+//! driver.
+//!
+//! [`Lockstep::open`]: crate::lockstep::Lockstep::open
 
 mod capabilities;
 mod exec;
@@ -31,7 +34,8 @@ mod shipped;
 pub use capabilities::{Capabilities, Feature, OpKind, Unsupported};
 pub use exec::{
     exact_kinds_from_env, parse_timeout, tensor_bytes, tensor_from_bytes, timeout_from_env,
-    ExecCache, ExecSubject, Hello, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STDERR_LINES,
+    ExecCache, ExecSubject, Hello, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL,
+    STARTUP_TIMEOUT, STDERR_LINES,
 };
 pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
@@ -44,6 +48,10 @@ use std::time::Duration;
 use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
+
+/// An opened subject and, for an external one, the link the driver shares
+/// with it.
+pub type LinkedCache = (Box<dyn KvCache>, Option<Arc<OpLink>>);
 
 /// Which implementation a command checks against the model. Cheap to
 /// clone: an external process and a factory are shared handles.
@@ -178,11 +186,7 @@ impl SubjectSpec {
 
     /// [`SubjectSpec::open`] plus, for an external subject, the link the
     /// driver shares with it.
-    pub fn open_linked(
-        &self,
-        config: &Config,
-        device: &Device,
-    ) -> kvcache::Result<(Box<dyn KvCache>, Option<Arc<OpLink>>)> {
+    pub fn open_linked(&self, config: &Config, device: &Device) -> kvcache::Result<LinkedCache> {
         Ok(match self {
             SubjectSpec::Cache => (open_cache(config, device)?, None),
             SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
