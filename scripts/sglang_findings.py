@@ -65,13 +65,21 @@ SEARCHES = [
     ("d07-pin-lost", "D7", "profile pins, raising and argument findings masked", "run",
      ["--profile", "pins", "--seed", "3", "--cases", "300", "--time", "120"],
      ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"visible", r'"pin"'),
-    ("d13-head-range-start-ignored", "D13", "profile multi-head, no pins, gap and raising findings masked", "run",
-     ["--profile", "multi-head", "--seed", "1", "--cases", "300", "--time", "120"],
-     ["no-pin", "gap-probe", "gap", "negative", "probe-at-end", "raises", "capacity-fit"], False, r"outcome",
-     r'"heads"'),
-    ("d08-head-range-roll", "D8", "profile multi-head, no pins, argument and raising findings masked", "run",
+    ("d13-head-range-start-ignored", "D13", "profile multi-head, no pins, gap, zero-head and raising findings masked",
+     "run", ["--profile", "multi-head", "--seed", "1", "--cases", "300", "--time", "120"],
+     ["no-pin", "gap-probe", "gap", "negative", "empty-heads", "probe-at-end", "raises", "capacity-fit"], False,
+     r"outcome", r'"heads"'),
+    ("d08-head-range-roll", "D8", "profile multi-head, no pins, no resets, argument and raising findings masked", "run",
      ["--profile", "multi-head", "--seed", "2", "--cases", "300", "--time", "120"],
-     ["no-pin"] + ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"(values|visible)", r'"heads"'),
+     ["no-pin", "no-reset"] + ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"(values|visible)",
+     r'"heads"'),
+    # Not a row of SPEC.md §8: found by the D8 search before resets were
+    # masked there. reset_indices() keeps the buffers, so a head-range write
+    # after a reset shows the old stream's rows in the heads it leaves out
+    # (SPEC.md §7: zeros, writer null).
+    ("x01-reset-keeps-head-rows", "X1", "profile multi-head, no pins, argument and raising findings masked", "run",
+     ["--profile", "multi-head", "--seed", "2", "--cases", "300", "--time", "120"],
+     ["no-pin"] + ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"values", r'"reset"'),
 ]
 
 

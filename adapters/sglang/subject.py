@@ -358,6 +358,12 @@ def _head_range(pair, name, body):
             return "heads [%d, %d] outside the %d heads" % (first, count, pair.heads)
 
 
+def _empty_heads(pair, name, body):
+    heads = body.get("heads") if name == "write" else None
+    if heads is not None and heads[1] == 0:
+        return "a head range of zero heads"
+
+
 def _pin_args(pair, name, body):
     if name != "pin" or body.get("tokens", 0) <= 0:
         return None
@@ -443,6 +449,11 @@ MASKS = {
         _negative,
     ),
     "head-range": ("head ranges outside the cache's heads (D13)", "head_range", _head_range),
+    "empty-heads": (
+        "head ranges of zero heads, which sglang accepts (kept apart from D13's shifted ranges)",
+        "head_range",
+        _empty_heads,
+    ),
     "pin-args": ("pins without a sink or past the global end", "pin_range", _pin_args),
     "packed-zero-len": ("zero-length writes to the packed cache", "unsupported", _packed_zero_len),
     "window-fit": (
@@ -462,6 +473,11 @@ MASKS = {
     ),
     "no-pin": (
         "declares no pin op, so the engines generate none (the pin findings, D7)",
+        None,
+        lambda pair, name, body: None,
+    ),
+    "no-reset": (
+        "declares no reset op, so the engines generate none (reset keeps the old rows in heads a later head-range write leaves out)",
         None,
         lambda pair, name, body: None,
     ),
@@ -485,8 +501,9 @@ class Session:
         self.runtime = Runtime(version)
         self.pair = None
         self.caps = capabilities(version)
-        if "no-pin" in self.masks and "pin" in self.caps["ops"]:
-            self.caps["ops"].remove("pin")
+        for mask, op in (("no-pin", "pin"), ("no-reset", "reset")):
+            if mask in self.masks and op in self.caps["ops"]:
+                self.caps["ops"].remove(op)
 
     def handle(self, request):
         if "hello" in request:
