@@ -185,9 +185,10 @@ def main(argv=None):
             report.append("### %s — %s: not found\n\n`%s` (%.1f s) saved no matching divergence.\n" % (klass, sid, shown, seconds))
             continue
         cases = re.findall(r"(\d+) ops checked in ([\d.]+) s", output)
-        depth = re.search(r"shortest counterexample \((\d+) ops\)", output)
+        depth = re.search(r"shortest counterexample \((\d+) ops\), after (\d+) nodes expanded", output)
         effort = (
-            "shortest counterexample at depth %s (breadth first: every shorter sequence agreed)" % depth.group(1)
+            "shortest counterexample at depth %s after %s nodes expanded (breadth first: every shorter sequence agreed)"
+            % depth.groups()
             if depth
             else ("%s ops checked" % cases[-1][0] if cases else "")
         )

@@ -121,5 +121,33 @@ class SglangSubject(unittest.TestCase):
         self.assertIn("PRQ", response["err"]["message"])
 
 
+@unittest.skipUnless(READY, SKIP)
+class Masks(unittest.TestCase):
+    """The masks the findings searches use to look past known classes."""
+
+    def masked(self, *masks):
+        command = SUBJECT + "".join(" --mask " + m for m in masks)
+        subject = kvtrace_replay.Subject(command)
+        self.addCleanup(subject.close)
+        return subject
+
+    def test_no_reset_and_no_pin_leave_their_ops_out_of_hello(self):
+        subject = self.masked("no-reset", "no-pin")
+        self.assertEqual(subject.hello["capabilities"]["ops"], ["write"])
+        self.assertIn("--mask no-reset", subject.hello["name"])
+
+    def test_empty_heads_refuses_a_zero_head_range_with_the_contracts_kind(self):
+        subject = self.masked("empty-heads")
+        full = kvtrace_replay.full_config({"variant": "dense", "capacity": 4, "heads": 2})
+        self.assertIn("ok", subject.request({"open": {"config": full}}))
+        body = {"start": 0, "len": 0, "heads": [1, 0]}
+        response = subject.request({"op": {"write": body}, "index": 0, "k": "", "v": ""})
+        self.assertEqual(response["err"]["kind"], "head_range")
+        # Plain sglang accepts it (the divergence the mask holds back).
+        plain = self.masked()
+        self.assertIn("ok", plain.request({"open": {"config": full}}))
+        self.assertIn("ok", plain.request({"op": {"write": body}, "index": 0, "k": "", "v": ""}))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -149,7 +149,10 @@ pub fn run(args: Args) -> ExitCode {
             Ok(report) => reports.push(report),
             Err(divergence) => {
                 bar.finish_and_clear();
-                return discovery(divergence, &args.out);
+                // The bar counts every node expanded, hidden or not: the
+                // effort the search spent before its discovery.
+                let effort = (bar.position(), started.elapsed());
+                return discovery(divergence, effort, &args.out);
             }
         }
         if configs.len() > 1 {
@@ -183,7 +186,11 @@ fn progress_bar(configs: usize) -> ProgressBar {
     bar
 }
 
-fn discovery(mut divergence: Box<Divergence>, out: &Option<PathBuf>) -> ExitCode {
+fn discovery(
+    mut divergence: Box<Divergence>,
+    (nodes, elapsed): (u64, Duration),
+    out: &Option<PathBuf>,
+) -> ExitCode {
     let dir = failures_dir(out.clone());
     if let Err(e) = divergence.save_in(&dir) {
         eprintln!(
@@ -192,8 +199,9 @@ fn discovery(mut divergence: Box<Divergence>, out: &Option<PathBuf>) -> ExitCode
         );
     }
     println!(
-        "discovery: shortest counterexample ({} ops)",
-        divergence.trace.ops.len()
+        "discovery: shortest counterexample ({} ops), after {nodes} nodes expanded in {:.1} s",
+        divergence.trace.ops.len(),
+        elapsed.as_secs_f64()
     );
     print!("{divergence}");
     ExitCode::from(EXIT_MISMATCH)
