@@ -177,6 +177,27 @@ fn explain_html_writes_the_page_of_the_docs_example() {
     assert_eq!(html.matches("<tr class=\"step").count(), 8, "{html}");
 }
 
+#[test]
+fn an_explore_discovery_says_how_much_it_searched() {
+    let out = scratch("explore_discovery");
+    let (code, stdout, stderr) = kvcheck(&[
+        "explore",
+        "--depth",
+        "3",
+        "--subject",
+        "fault:stale-rewrite",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    // Breadth first over C=4 S=1: the root and four one-op states are
+    // expanded whole before the one whose child is the counterexample.
+    assert!(
+        stdout.contains("discovery: shortest counterexample (2 ops), after 5 nodes expanded in "),
+        "{stdout}"
+    );
+}
+
 /// `exec:` with the Python reference subject (needs `python3`).
 fn python_subject(options: &str) -> Option<String> {
     if Command::new("python3").arg("--version").output().is_err() {
