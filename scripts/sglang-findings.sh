@@ -3,7 +3,8 @@
 # kvcheck-subject/1 protocol.
 #
 #   scripts/sglang-findings.sh            # clean protocol, findings, ops/s
-#   SGLANG_RELEASES="0.5.13 ... 0.5.23" scripts/sglang-findings.sh releases
+#   scripts/sglang-findings.sh releases   # every release 0.5.13 ... 0.5.23
+#   SGLANG_RELEASES="0.5.16 0.5.23" scripts/sglang-findings.sh releases
 #
 # 1. adapters/sglang/setup.sh (venv with torch, the sglang kvcache sources);
 # 2. builds kvcheck (KVCHECK=path skips the build);
@@ -13,7 +14,8 @@
 #    search per class, minimizes, replays unmasked, and saves
 #    tests/external/sglang/*.kvtrace.json and findings.json;
 # 5. with `releases`: the clean protocol and the saved findings replayed on
-#    each release of SGLANG_RELEASES (scripts/sglang_releases.py).
+#    each release of SGLANG_RELEASES, default 0.5.13 to 0.5.23
+#    (scripts/sglang_releases.py).
 #
 # Output goes to target/sglang-findings/ (report.md, logs).
 set -euo pipefail

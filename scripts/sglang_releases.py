@@ -56,7 +56,13 @@ def main(argv=None):
     parser.add_argument("--python", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--report", required=True)
-    parser.add_argument("releases", nargs="*", default=["0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.18", "0.5.20", "0.5.23"])
+    # Every release that ships the kvcache files (0.5.12.post1 and earlier
+    # do not); the .post releases carry the same sources as their base.
+    parser.add_argument(
+        "releases",
+        nargs="*",
+        default=["0.5.%d" % minor for minor in range(13, 24)],
+    )
     args = parser.parse_args(argv)
     with open(os.path.join(SAVED, "findings.json")) as f:
         findings = json.load(f)
