@@ -185,12 +185,18 @@ def main(argv=None):
             report.append("### %s — %s: not found\n\n`%s` (%.1f s) saved no matching divergence.\n" % (klass, sid, shown, seconds))
             continue
         cases = re.findall(r"(\d+) ops checked in ([\d.]+) s", output)
+        # run's final table: profile, cache, cases, ops, ops/s, divergences.
+        table = re.search(r"^\S+ +\S+ +(\d+) +(\d+) +\d+ +(\d+)\b", output, re.M)
         depth = re.search(r"shortest counterexample \((\d+) ops\), after (\d+) nodes expanded", output)
         effort = (
             "shortest counterexample at depth %s after %s nodes expanded (breadth first: every shorter sequence agreed)"
             % depth.groups()
             if depth
-            else ("%s ops checked" % cases[-1][0] if cases else "")
+            else (
+                "%s cases, %s ops checked, %s of the cases diverged" % table.groups()
+                if table
+                else ("%s ops checked" % cases[-1][0] if cases else "")
+            )
         )
         minimized = os.path.join(SAVED, sid + ".kvtrace.json")
         exact_flag = ["--exact-kinds"] if exact else []
