@@ -263,7 +263,6 @@ impl Report {
         let mut reports = reports.into_iter();
         let mut merged = reports.next().ok_or(ReportError::Empty)?;
         for next in reports {
-            check_shards(merged.shards(), next.shards())?;
             match (&mut merged, next) {
                 (Report::Run(a), Report::Run(b)) => merge_run(a, b)?,
                 (Report::Explore(a), Report::Explore(b)) => merge_explore(a, b)?,
@@ -306,6 +305,7 @@ fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportError> {
             a.seed, b.seed, a.max_ops, b.max_ops, a.subject, b.subject
         )));
     }
+    check_shards(&a.shards, &b.shards)?;
     a.shards.extend(b.shards);
     a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
     a.divergences.extend(b.divergences);
@@ -331,6 +331,7 @@ fn merge_explore(a: &mut ExploreSummary, b: ExploreSummary) -> Result<(), Report
             a.depth, b.depth, a.subject, b.subject
         )));
     }
+    check_shards(&a.shards, &b.shards)?;
     a.shards.extend(b.shards);
     a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
     a.configs.extend(b.configs);
