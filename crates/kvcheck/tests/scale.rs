@@ -280,3 +280,50 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
     assert_eq!((a.profile, a.case), (b.profile, b.case));
     assert_eq!(a.divergence.trace.ops, b.divergence.trace.ops);
 }
+
+/// Suites of one profile on two subjects, failing at the same time on two
+/// threads, leave two whole traces: one per subject, each replaying to its
+/// own failure.
+#[test]
+fn parallel_failing_suites_keep_their_own_traces() {
+    use kvcheck::machine::{check_family, SuiteSettings, Tiny};
+    use kvcheck::trace::Trace;
+    let faults = [Fault::StaleRewrite, Fault::RefuseOverlap];
+    let messages: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = faults
+            .iter()
+            .map(|&fault| {
+                s.spawn(move || {
+                    let settings = SuiteSettings {
+                        cases: 64,
+                        max_ops: 24,
+                        seed: Some(5),
+                        subject: SubjectSpec::Fault(fault),
+                    };
+                    check_family::<Tiny>(&settings).expect_err("the fault is found")
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let traces: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("shrunk trace: "))
+                .unwrap_or_else(|| panic!("no trace in {m}"))
+                .to_string()
+        })
+        .collect();
+    assert_ne!(traces[0], traces[1]);
+    for (fault, trace) in faults.iter().zip(&traces) {
+        assert!(trace.contains(fault.name()), "{trace}");
+        let loaded = Trace::load(Path::new(trace)).expect("a whole trace");
+        let divergence = kvcheck::minimize::run_subject(
+            &loaded.config,
+            &loaded.ops,
+            &SubjectSpec::Fault(*fault),
+        );
+        assert!(divergence.is_some(), "{trace} does not fail on {fault:?}");
+    }
+}
