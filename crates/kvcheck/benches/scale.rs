@@ -8,18 +8,21 @@
 
 use std::time::{Duration, Instant};
 
+use kvcheck::explore::{grid, Alphabet, Explorer};
 use kvcheck::scale::{available_cores, default_jobs, Campaign, Shard};
 use kvcheck::strategy::PROFILES;
 use kvcheck::subject::SubjectSpec;
+use kvcheck::Config;
+use rayon::prelude::*;
 
 const TARGET_RATIO: f64 = 1.7;
 
-fn campaign(jobs: usize) -> Campaign {
+fn campaign(jobs: usize, cases: u64) -> Campaign {
     Campaign {
         seed: 7,
         profiles: (0..PROFILES.len()).collect(),
         max_ops: 64,
-        cases: Some(env_or("KVCHECK_BENCH_CASES", 150)),
+        cases: Some(cases),
         budget: Duration::from_secs(3600),
         jobs,
         shard: Shard::ALL,
@@ -35,10 +38,52 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 /// Ops checked per second of wall time by `run` with `jobs` workers.
-fn run_rate(jobs: usize) -> f64 {
-    let outcome = campaign(jobs).run(None).expect("the shipped caches run");
+fn run_rate(jobs: usize, cases: u64) -> f64 {
+    let outcome = campaign(jobs, cases)
+        .run(None)
+        .expect("the shipped caches run");
     assert!(outcome.found.is_none(), "the shipped caches diverged");
     outcome.total_ops() as f64 / outcome.elapsed.as_secs_f64()
+}
+
+/// States generated per second of wall time by one exploration (capacity
+/// 4, sink 1, full alphabet) on `jobs` threads.
+fn explore_rate(jobs: usize, depth: usize) -> f64 {
+    let config = Config {
+        sink: 1,
+        ..Config::dense(4)
+    };
+    let started = Instant::now();
+    let report = Explorer::new(&config, SubjectSpec::Cache)
+        .depth(depth)
+        .jobs(jobs)
+        .assert_no_discovery();
+    report.states as f64 / started.elapsed().as_secs_f64()
+}
+
+/// States per second of a small grid (capacity 1..=3, small alphabet)
+/// with its configs on a pool of `jobs` threads, as `explore --grid` runs.
+fn grid_rate(jobs: usize, depth: usize) -> f64 {
+    let configs = grid::configs(3, None);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .expect("a thread pool");
+    let started = Instant::now();
+    let states: u64 = pool.install(|| {
+        configs
+            .par_iter()
+            .map(|c| {
+                Explorer::new(c, SubjectSpec::Cache)
+                    .depth(depth)
+                    .alphabet(Alphabet::Small)
+                    .jobs(0)
+                    .assert_no_discovery()
+                    .states
+            })
+            .sum()
+    });
+    states as f64 / started.elapsed().as_secs_f64()
 }
 
 fn load_average() -> String {
@@ -50,7 +95,7 @@ fn load_average() -> String {
 fn main() {
     // `cargo test --benches` runs this with `--test`-like flags: one quick
     // pass keeps it honest without the cost of a measurement.
-    let quick = std::env::args().any(|a| a == "--test" || a == "--list");
+    let quick = std::env::args().any(|a| a == "--test");
     if std::env::args().any(|a| a == "--list") {
         return;
     }
@@ -62,12 +107,31 @@ fn main() {
         load_average()
     );
     // Best of `rounds` at each count, interleaved so load changes hit both.
+    let cases = if quick {
+        3
+    } else {
+        env_or("KVCHECK_BENCH_CASES", 150)
+    };
     let (mut run_one, mut run_all) = (0f64, 0f64);
     for _ in 0..rounds {
-        run_one = run_one.max(run_rate(1));
-        run_all = run_all.max(run_rate(all));
+        run_one = run_one.max(run_rate(1, cases));
+        run_all = run_all.max(run_rate(all, cases));
     }
     report("run", "checked ops/s", run_one, run_all);
+    let depth = if quick { 2 } else { 4 };
+    let (mut explore_one, mut explore_all) = (0f64, 0f64);
+    for _ in 0..rounds {
+        explore_one = explore_one.max(explore_rate(1, depth));
+        explore_all = explore_all.max(explore_rate(all, depth));
+    }
+    report("explore", "states/s", explore_one, explore_all);
+    let depth = if quick { 1 } else { 2 };
+    let (mut grid_one, mut grid_all) = (0f64, 0f64);
+    for _ in 0..rounds {
+        grid_one = grid_one.max(grid_rate(1, depth));
+        grid_all = grid_all.max(grid_rate(all, depth));
+    }
+    report("grid", "states/s", grid_one, grid_all);
     println!("load average after: {}", load_average());
 }
 
@@ -76,11 +140,4 @@ fn report(what: &str, unit: &str, one: f64, all: f64) {
     println!(
         "{what:<8} {unit:<14} 1 worker {one:>10.0}   all {all:>10.0}   ratio {ratio:.2}× (target {TARGET_RATIO}× on 2 cores)"
     );
-}
-
-#[allow(dead_code)]
-fn elapsed(f: impl FnOnce()) -> Duration {
-    let t = Instant::now();
-    f();
-    t.elapsed()
 }
