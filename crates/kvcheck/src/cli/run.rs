@@ -125,8 +125,14 @@ pub fn run(args: Args) -> ExitCode {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let shard = if args.shard.is_all() {
+        String::new()
+    } else {
+        format!(", shard {}", args.shard)
+    };
     println!(
-        "kvcheck run: {} profiles, {:.0} s, seed {seed} (rerun with --seed {seed})",
+        "kvcheck run: {} profiles, {:.0} s, seed {seed}{shard}, {jobs} workers (rerun with --seed {seed})",
         selected.len(),
         args.time
     );
@@ -143,7 +149,7 @@ pub fn run(args: Args) -> ExitCode {
         max_ops: args.max_ops,
         cases: args.cases,
         budget,
-        jobs: args.jobs.unwrap_or_else(default_jobs),
+        jobs,
         shard: args.shard,
         subject: subject.clone(),
     };
