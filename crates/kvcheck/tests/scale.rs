@@ -151,10 +151,18 @@ fn bad_shards_and_jobs_are_input_errors() {
         ("--shard", "x", "not K/N"),
         ("--jobs", "0", "positive number"),
     ] {
-        let (code, _, err) = kvcheck(&["run", "--cases", "1", flag, value]);
+        let (code, _, err) = kvcheck(&["explore", "--depth", "1", flag, value]);
+        assert_eq!(code, 2, "explore {flag} {value}: {err}");
+        let (code, _, err) = kvcheck(&["run", "--seed", "1", "--cases", "1", flag, value]);
         assert_eq!(code, 2, "{flag} {value}: {err}");
         assert!(err.contains(words), "{flag} {value}: {err}");
     }
+    let (code, _, err) = kvcheck(&["run", "--cases", "1", "--shard", "1/2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("needs --seed"), "{err}");
+    let (code, _, err) = kvcheck(&["explore", "--depth", "1", "--shard", "1/2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--grid"), "{err}");
 }
 
 #[test]

@@ -120,6 +120,13 @@ pub fn run(args: Args) -> ExitCode {
         eprintln!("error: no profile matches the filters and the subject's capabilities");
         return ExitCode::from(EXIT_INPUT);
     }
+    if !args.shard.is_all() && args.seed.is_none() {
+        eprintln!(
+            "error: --shard {} needs --seed: every shard of a campaign must draw from the same seed",
+            args.shard
+        );
+        return ExitCode::from(EXIT_INPUT);
+    }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
