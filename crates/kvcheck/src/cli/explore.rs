@@ -290,7 +290,7 @@ fn progress_bar(configs: usize) -> ProgressBar {
         .expect("a valid template"),
     );
     if configs > 1 {
-        bar.set_prefix(format!("config 1/{configs}"));
+        bar.set_prefix(format!("configs 0/{configs}"));
     }
     bar
 }
