@@ -335,3 +335,78 @@ fn parallel_failing_suites_keep_their_own_traces() {
         assert!(divergence.is_some(), "{trace} does not fail on {fault:?}");
     }
 }
+
+#[test]
+fn the_first_divergence_stops_the_run_and_is_minimized_once() {
+    let dir = scratch("scale-first-divergence");
+    let out = dir.to_str().unwrap();
+    let mut runs = Vec::new();
+    for jobs in ["1", "2"] {
+        let json = path(&dir, &format!("run-{jobs}.json"));
+        let (code, stdout, err) = kvcheck(&[
+            "run",
+            "--seed",
+            "4",
+            "--cases",
+            "50",
+            "--subject",
+            "fault:stale-rewrite",
+            "--jobs",
+            jobs,
+            "--out",
+            out,
+            "--json",
+            &json,
+        ]);
+        assert_eq!(code, 1, "{stdout}{err}");
+        assert_eq!(stdout.matches("minimized: ").count(), 1, "{stdout}");
+        assert!(stdout.contains("1 divergences; traces:"), "{stdout}");
+        let Report::Run(report) = Report::load(Path::new(&json)).unwrap() else {
+            panic!("a run report")
+        };
+        // The minimized trace first, then the one the case produced; both
+        // replay the failure alone.
+        assert_eq!(report.divergences.len(), 2, "{report:?}");
+        for trace in &report.divergences {
+            let (code, replayed, _) =
+                kvcheck(&["replay", trace, "--subject", "fault:stale-rewrite"]);
+            assert_eq!(code, 1, "{trace}: {replayed}");
+        }
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("first divergence: "))
+            .unwrap()
+            .to_string();
+        runs.push(line);
+    }
+    assert_eq!(runs[0], runs[1]);
+}
+
+#[test]
+fn a_grid_reports_the_same_discovery_for_any_jobs() {
+    let dir = scratch("scale-grid-discovery");
+    let out = dir.to_str().unwrap();
+    let discovery = |jobs: &str| {
+        let (code, stdout, err) = kvcheck(&[
+            "explore",
+            "--grid",
+            "--depth",
+            "2",
+            "--max-capacity",
+            "2",
+            "--subject",
+            "fault:forget-sink-after-eviction",
+            "--jobs",
+            jobs,
+            "--out",
+            out,
+        ]);
+        assert_eq!(code, 1, "{stdout}{err}");
+        assert!(
+            stdout.starts_with("discovery: shortest counterexample"),
+            "{stdout}"
+        );
+        stdout
+    };
+    assert_eq!(discovery("1"), discovery("2"));
+}
