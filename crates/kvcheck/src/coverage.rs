@@ -31,7 +31,8 @@ pub const EVENTS: &[&str] = &[
 ];
 
 /// Counts of labelled events (see [`EVENTS`] and `error:KIND`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Coverage {
     counts: BTreeMap<String, u64>,
 }

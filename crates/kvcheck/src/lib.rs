@@ -30,6 +30,7 @@
 //! run.run(&ops).expect("the dense cache matches the model");
 //! ```
 
+pub mod atomic;
 pub mod coverage;
 pub mod divergence;
 pub mod explain;
@@ -41,6 +42,7 @@ pub mod machine;
 pub mod minimize;
 pub mod payload;
 pub mod replay;
+pub mod scale;
 pub mod strategy;
 pub mod subject;
 pub mod suite;

@@ -161,10 +161,30 @@ thread_local! {
 /// Where a suite saves the trace of its latest failing case. Proptest
 /// shrinks by re-running failing cases, so the file left behind holds the
 /// shrunk sequence.
+///
+/// Suites run in parallel (threads of one test binary, several binaries at
+/// once), so the name holds the subject the calling thread checks (none for
+/// the shipped caches: `tiny.kvtrace.json`), and every save is atomic
+/// ([`Trace::save`](crate::trace::Trace::save)): two suites never write
+/// into one file, and a reader never sees half a trace.
 pub fn failure_path(profile: &Profile) -> PathBuf {
+    let (subject, _) = current_subject();
+    let name = match subject {
+        SubjectSpec::Cache => profile.name.to_string(),
+        other => format!(
+            "{}-{}",
+            profile.name,
+            other
+                .name(&kvmodel::Config::dense(1))
+                .chars()
+                .take(48)
+                .collect::<String>()
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+        ),
+    };
     PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
         .join("kvcheck-failures")
-        .join(format!("{}.kvtrace.json", profile.name))
+        .join(format!("{name}.kvtrace.json"))
 }
 
 impl<F: Family> StateMachineTest for KvLockstep<F> {

@@ -272,16 +272,16 @@ impl Trace {
         text
     }
 
-    /// Writes the trace to `path`, creating parent directories.
+    /// Writes the trace to `path`, creating parent directories, atomically
+    /// (a reader sees the old file or the new one, never half of one).
     pub fn save(&self, path: &Path) -> Result<(), TraceError> {
         let io = |source| TraceError::Io {
             path: path.to_path_buf(),
             source,
         };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(io)?;
-        }
-        std::fs::write(path, self.to_json()).map_err(io)
+        // Atomic: suites and workers running in parallel save traces
+        // under the same directory.
+        crate::atomic::write(path, self.to_json().as_bytes()).map_err(io)
     }
 
     /// The outcomes the reference model gives for every op.

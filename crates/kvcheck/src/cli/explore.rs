@@ -3,16 +3,22 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kvcheck::coverage::Coverage;
 use kvcheck::divergence::{describe_config, Divergence};
 use kvcheck::explore::{
-    all_required_events, default_depth, grid, missing, Alphabet, ExploreReport, Explorer,
+    all_required_events, default_depth, grid, Alphabet, ExploreReport, Explorer,
 };
+use kvcheck::scale::report::{
+    ConfigReport, DiscoveryReport, ExploreSummary, Report, REPORT_FORMAT,
+};
+use kvcheck::scale::{default_jobs, parse_jobs, Shard};
 use kvcheck::trace::Trace;
 use kvcheck::{Config, Variant};
+use rayon::prelude::*;
 
 use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
 
@@ -62,6 +68,18 @@ pub struct Args {
     /// Directory for the trace of a divergence [default: target/kvcheck-failures].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Worker threads [default: $KVCHECK_JOBS, else every available core]:
+    /// a config's frontier, or the grid's configs, in parallel. The result
+    /// is the same for any number.
+    #[arg(long, value_parser = parse_jobs)]
+    jobs: Option<usize>,
+    /// With --grid: explore only the configs of shard K of N (K/N);
+    /// `kvcheck merge` combines the shards' --json reports.
+    #[arg(long, default_value = "1/1", requires = "grid")]
+    shard: Shard,
+    /// Also write the report as JSON to this file (for `kvcheck merge`).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -114,12 +132,18 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_MISMATCH);
         }
     };
-    // A grid keeps the configs the subject can express; a single config
-    // or prefix it cannot express is bad input.
-    let before = configs.len();
-    let configs: Vec<Config> = configs
+    // A grid keeps the configs of its shard (by index in the whole grid,
+    // so every machine numbers them alike) and the configs the subject can
+    // express; a single config or prefix it cannot express is bad input.
+    let configs: Vec<(usize, Config)> = configs
         .into_iter()
-        .filter(|c| capabilities.supports_config(c).is_ok() || !args.grid)
+        .enumerate()
+        .filter(|(i, _)| args.shard.contains(*i))
+        .collect();
+    let before = configs.len();
+    let configs: Vec<(usize, Config)> = configs
+        .into_iter()
+        .filter(|(_, c)| capabilities.supports_config(c).is_ok() || !args.grid)
         .collect();
     if before > configs.len() {
         eprintln!(
@@ -127,43 +151,130 @@ pub fn run(args: Args) -> ExitCode {
             before - configs.len()
         );
     }
-    for config in &configs {
+    for (_, config) in &configs {
         if let Err(e) = capabilities.supports_trace(config, &prefix) {
             eprintln!("error: {}: {e}", describe_config(config));
             return ExitCode::from(EXIT_INPUT);
         }
     }
     let limit = args.time_limit.map(Duration::from_secs_f64);
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
     let bar = progress_bar(configs.len());
     let started = Instant::now();
-    let mut reports = Vec::new();
-    for config in &configs {
+    let explorer = |config: &Config, jobs: usize| {
         let remaining = limit.map(|l| l.saturating_sub(started.elapsed()));
-        let explorer = Explorer::new(config, subject.clone())
+        Explorer::new(config, subject.clone())
             .depth(depth)
             .alphabet(alphabet)
             .prefix(prefix.clone())
             .time_limit(remaining)
-            .progress(bar.clone());
-        match explorer.run() {
-            Ok(report) => reports.push(report),
+            .progress(bar.clone())
+            .jobs(jobs)
+    };
+    // One config: its frontier on every worker. A grid: the configs on
+    // every worker (each config's frontier joins the same pool), results
+    // in grid order so the discovery reported is the earliest config's.
+    let results: Vec<(usize, Result<ExploreReport, Box<Divergence>>)> = if configs.len() == 1 {
+        let (index, config) = &configs[0];
+        vec![(*index, explorer(config, jobs).run())]
+    } else {
+        let first_discovery = AtomicUsize::new(usize::MAX);
+        let done = AtomicUsize::new(0);
+        let grid_run = || {
+            configs
+                .par_iter()
+                .enumerate()
+                .filter_map(|(i, (index, config))| {
+                    if i > first_discovery.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    let result = explorer(config, 0).run();
+                    if result.is_err() {
+                        first_discovery.fetch_min(i, Ordering::Relaxed);
+                    }
+                    let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    bar.set_prefix(format!("configs {finished}/{}", configs.len()));
+                    Some((*index, result))
+                })
+                .collect()
+        };
+        match rayon::ThreadPoolBuilder::new().num_threads(jobs).build() {
+            Ok(pool) => pool.install(grid_run),
+            Err(_) => grid_run(),
+        }
+    };
+    bar.finish_and_clear();
+    let elapsed = started.elapsed();
+    let mut reports = Vec::new();
+    let mut summary = ExploreSummary {
+        format: REPORT_FORMAT.to_string(),
+        subject: subject.name(&Config::dense(1)),
+        depth,
+        shards: vec![args.shard],
+        configs: Vec::new(),
+        required: if args.grid {
+            all_required_events()
+        } else {
+            configs
+                .first()
+                .map(|(_, c)| kvcheck::explore::required_events(c))
+                .unwrap_or_default()
+        },
+        elapsed_s: elapsed.as_secs_f64(),
+        discovery: None,
+    };
+    let mut found = None;
+    for (index, result) in results {
+        match result {
+            Ok(report) => {
+                summary.configs.push(ConfigReport {
+                    index,
+                    config: describe_config(&report.config),
+                    depth_completed: report.depth_completed,
+                    states: report.states,
+                    distinct_states: report.distinct_states,
+                    transitions: report.transitions,
+                    coverage: report.coverage.clone(),
+                });
+                reports.push(report);
+            }
             Err(divergence) => {
-                bar.finish_and_clear();
-                // The bar counts every node expanded, hidden or not: the
-                // effort the search spent before its discovery.
-                let effort = (bar.position(), started.elapsed());
-                return discovery(divergence, effort, &args.out);
+                found = Some((index, divergence));
+                break;
             }
         }
-        if configs.len() > 1 {
-            bar.set_prefix(format!("config {}/{}", reports.len() + 1, configs.len()));
-        }
     }
-    bar.finish_and_clear();
-    if configs.len() == 1 {
-        summarize_one(&reports[0], args.no_sometimes)
+    if let Some((index, mut divergence)) = found {
+        // The bar counts every node expanded, hidden or not, on every
+        // worker: the effort the search spent before its discovery.
+        let code = discovery(&mut divergence, (bar.position(), elapsed), &args.out);
+        summary.discovery = Some(DiscoveryReport {
+            index,
+            summary: divergence.summary(),
+            ops: divergence.trace.ops.len(),
+            trace: divergence.saved.as_ref().map(|p| p.display().to_string()),
+        });
+        return write_json(&summary, &args.json).unwrap_or(code);
+    }
+    if let Some(code) = write_json(&summary, &args.json) {
+        return code;
+    }
+    if args.grid {
+        print_grid(&summary, args.no_sometimes)
     } else {
-        summarize_grid(&reports, started.elapsed(), args.no_sometimes)
+        summarize_one(&reports[0], args.no_sometimes)
+    }
+}
+
+/// Writes the `--json` report; `Some` is the exit status of a failure.
+fn write_json(summary: &ExploreSummary, path: &Option<PathBuf>) -> Option<ExitCode> {
+    let path = path.as_ref()?;
+    match Report::Explore(summary.clone()).save(path) {
+        Ok(()) => None,
+        Err(e) => {
+            eprintln!("error: cannot write the report: {e}");
+            Some(ExitCode::from(EXIT_INPUT))
+        }
     }
 }
 
@@ -181,13 +292,13 @@ fn progress_bar(configs: usize) -> ProgressBar {
         .expect("a valid template"),
     );
     if configs > 1 {
-        bar.set_prefix(format!("config 1/{configs}"));
+        bar.set_prefix(format!("configs 0/{configs}"));
     }
     bar
 }
 
 fn discovery(
-    mut divergence: Box<Divergence>,
+    divergence: &mut Divergence,
     (nodes, elapsed): (u64, Duration),
     out: &Option<PathBuf>,
 ) -> ExitCode {
@@ -213,31 +324,34 @@ fn summarize_one(report: &ExploreReport, no_sometimes: bool) -> ExitCode {
     sometimes(&report.coverage, &report.missing_events(), no_sometimes)
 }
 
-fn summarize_grid(reports: &[ExploreReport], elapsed: Duration, no_sometimes: bool) -> ExitCode {
-    let mut coverage = Coverage::default();
-    let (mut states, mut distinct, mut transitions) = (0u64, 0u64, 0u64);
-    let mut shallowest = usize::MAX;
-    for r in reports {
-        coverage.merge(&r.coverage);
-        states += r.states;
-        distinct += r.distinct_states;
-        transitions += r.transitions;
-        shallowest = shallowest.min(r.depth_completed);
-    }
-    let depth = reports.first().map_or(0, |r| r.depth);
-    println!("configs          {}", reports.len());
-    println!("depth            {shallowest} of {depth} (least completed over configs)");
-    println!("states           {states}");
-    println!("distinct states  {distinct}");
-    println!("transitions      {transitions}");
+/// The grid table: what one grid run prints and what `kvcheck merge`
+/// prints for the shards of one.
+pub fn print_grid(summary: &ExploreSummary, no_sometimes: bool) -> ExitCode {
+    println!("configs          {}", summary.configs.len());
+    println!(
+        "depth            {} of {} (least completed over configs)",
+        summary.shallowest(),
+        summary.depth
+    );
+    println!("states           {}", summary.states());
+    println!("distinct states  {}", summary.distinct_states());
+    println!("transitions      {}", summary.transitions());
+    let elapsed = Duration::from_secs_f64(summary.elapsed_s);
     println!("elapsed          {elapsed:.2?}");
     println!(
         "states/s         {:.0}",
-        states as f64 / elapsed.as_secs_f64().max(1e-9)
+        summary.states() as f64 / summary.elapsed_s.max(1e-9)
     );
+    if let Some(d) = &summary.discovery {
+        println!("discovery: shortest counterexample ({} ops)", d.ops);
+        println!("  {}", d.summary);
+        if let Some(trace) = &d.trace {
+            println!("  trace: {trace}");
+        }
+        return ExitCode::from(EXIT_MISMATCH);
+    }
     println!("no discovery");
-    let missed = missing(&coverage, &all_required_events());
-    sometimes(&coverage, &missed, no_sometimes)
+    sometimes(&summary.coverage(), &summary.missing(), no_sometimes)
 }
 
 fn sometimes(coverage: &Coverage, missed: &[String], no_sometimes: bool) -> ExitCode {

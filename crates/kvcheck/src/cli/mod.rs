@@ -5,6 +5,7 @@ mod explain;
 mod explore;
 #[cfg(feature = "arbitrary")]
 mod from_fuzz;
+mod merge;
 mod minimize;
 mod replay;
 mod run;
@@ -42,9 +43,14 @@ pub struct Cli {
 enum Command {
     /// Run a checking campaign over the built-in profiles and caches.
     #[command(
-        after_help = "Examples:\n  kvcheck run\n  kvcheck run --time 600 --seed 42\n  kvcheck run --profile tiny --profile pins --time 10\n  kvcheck run --variant packed --cases 1000\n  kvcheck run --list\n\nExit status: 0 no divergence, 1 a divergence (its trace is saved under --out), 2 bad arguments."
+        after_help = "Examples:\n  kvcheck run\n  kvcheck run --time 600 --seed 42\n  kvcheck run --profile tiny --profile pins --time 10\n  kvcheck run --variant packed --cases 1000\n  kvcheck run --jobs 8 --shard 3/4 --json shard-3.json\n  kvcheck run --list\n\nExit status: 0 no divergence, 1 a divergence (its trace is saved under --out), 2 bad arguments."
     )]
     Run(run::Args),
+    /// Combine the --json reports of a campaign's shards into one table.
+    #[command(
+        after_help = "Examples:\n  kvcheck run --seed 7 --cases 500 --shard 1/2 --json run-1.json\n  kvcheck run --seed 7 --cases 500 --shard 2/2 --json run-2.json\n  kvcheck merge run-1.json run-2.json\n  kvcheck merge explore-*.json --json merged.json\n\nThe totals are those one unsharded run prints.\nExit status: 0 no divergence or discovery, 1 a divergence, a missing event or an absent shard, 2 unreadable or mismatched reports."
+    )]
+    Merge(merge::Args),
     /// Replay traces through the model and every cache that supports their variant.
     #[command(
         after_help = "Examples:\n  kvcheck replay tests/vectors\n  kvcheck replay failure.kvtrace.json --json\n  kvcheck replay trace.kvtrace.json --subject reference\n\nExit status: 0 all passed, 1 a mismatch or divergence, 2 a file could not be read."
@@ -57,7 +63,7 @@ enum Command {
     Expect(expect::Args),
     /// Explore every op sequence up to a depth, breadth first, in lockstep.
     #[command(
-        after_help = "Examples:\n  kvcheck explore --depth 4 --capacity 4 --sink 1\n  kvcheck explore --depth 3 --config case.kvtrace.json --subject reference\n  kvcheck explore --grid --depth 3 --small-alphabet --max-capacity 3\n  kvcheck explore --depth 2 --subject fault:stale-rewrite\n\nExit status: 0 no discovery and every sometimes-event reached, 1 a divergence or a missing event, 2 bad input."
+        after_help = "Examples:\n  kvcheck explore --depth 4 --capacity 4 --sink 1\n  kvcheck explore --depth 3 --config case.kvtrace.json --subject reference\n  kvcheck explore --grid --depth 3 --small-alphabet --max-capacity 3\n  kvcheck explore --grid --depth 3 --jobs 8 --shard 1/4 --json grid-1.json\n  kvcheck explore --depth 2 --subject fault:stale-rewrite\n\nExit status: 0 no discovery and every sometimes-event reached, 1 a divergence or a missing event, 2 bad input."
     )]
     Explore(explore::Args),
     /// Shrink a failing trace while keeping the same failure (kvtrace/1 JSON out).
@@ -87,6 +93,7 @@ enum Command {
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
         Command::Explore(args) => explore::run(args),

@@ -1,16 +1,17 @@
 //! `kvcheck run`: the checking campaign over the built-in profiles.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::coverage::{Coverage, EVENTS};
-use kvcheck::machine::CASE_RUNNERS;
+use kvcheck::minimize::{max_tests_default, minimize};
+use kvcheck::scale::report::{ProfileReport, Report, RunReport, REPORT_FORMAT};
+use kvcheck::scale::{default_jobs, parse_jobs, Campaign, Found, Shard};
 use kvcheck::strategy::{profile_support, required_events, PROFILES};
-use kvcheck::subject::Capabilities;
+use kvcheck::subject::SubjectSpec;
 use kvcheck::Variant;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
 use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
 
@@ -40,6 +41,17 @@ pub struct Args {
     /// Directory for the traces of divergences [default: target/kvcheck-failures].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Worker threads [default: $KVCHECK_JOBS, else every available core].
+    /// Case i always gets the same ops, whatever the number of workers.
+    #[arg(long, value_parser = parse_jobs)]
+    jobs: Option<usize>,
+    /// Run only the case indices of shard K of N (K/N); `kvcheck merge`
+    /// combines the shards' --json reports.
+    #[arg(long, default_value = "1/1")]
+    shard: Shard,
+    /// Also write the report as JSON to this file (for `kvcheck merge`).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
     #[command(flatten)]
     subject: super::SubjectArgs,
 }
@@ -52,15 +64,6 @@ fn parse_variant(text: &str) -> Result<Variant, String> {
             "unknown variant {text:?}: expected dense or packed"
         )),
     }
-}
-
-#[derive(Default)]
-struct Tally {
-    cases: u64,
-    ops: u64,
-    busy: Duration,
-    divergences: Vec<String>,
-    coverage: Coverage,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -117,13 +120,26 @@ pub fn run(args: Args) -> ExitCode {
         eprintln!("error: no profile matches the filters and the subject's capabilities");
         return ExitCode::from(EXIT_INPUT);
     }
+    if !args.shard.is_all() && args.seed.is_none() {
+        eprintln!(
+            "error: --shard {} needs --seed: every shard of a campaign must draw from the same seed",
+            args.shard
+        );
+        return ExitCode::from(EXIT_INPUT);
+    }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let shard = if args.shard.is_all() {
+        String::new()
+    } else {
+        format!(", shard {}", args.shard)
+    };
     println!(
-        "kvcheck run: {} profiles, {:.0} s, seed {seed} (rerun with --seed {seed})",
+        "kvcheck run: {} profiles, {:.0} s, seed {seed}{shard}, {jobs} workers (rerun with --seed {seed})",
         selected.len(),
         args.time
     );
@@ -134,101 +150,129 @@ pub fn run(args: Args) -> ExitCode {
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
             .expect("static template"),
     );
-    let mut tallies: Vec<Tally> = selected.iter().map(|_| Tally::default()).collect();
-    let mut runners: Vec<TestRunner> = selected
-        .iter()
-        .map(|&i| {
-            TestRunner::new(ProptestConfig {
-                rng_seed: RngSeed::Fixed(seed ^ (i as u64) << 32),
-                ..ProptestConfig::default()
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    let mut total_ops = 0u64;
-    'campaign: loop {
-        let mut any = false;
-        for (slot, &profile) in selected.iter().enumerate() {
-            if started.elapsed() >= budget {
-                break 'campaign;
-            }
-            let tally = &mut tallies[slot];
-            if args.cases.is_some_and(|max| tally.cases >= max) {
-                continue;
-            }
-            any = true;
-            let case_started = Instant::now();
-            let outcome = match CASE_RUNNERS[profile](&mut runners[slot], args.max_ops, &subject) {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    bar.finish_and_clear();
-                    eprintln!("error: profile {}: {e}", PROFILES[profile].name);
-                    return ExitCode::from(EXIT_INPUT);
-                }
-            };
-            tally.busy += case_started.elapsed();
-            tally.cases += 1;
-            tally.ops += outcome.ops_checked as u64;
-            total_ops += outcome.ops_checked as u64;
-            tally.coverage.merge(&outcome.coverage);
-            if let Some(mut divergence) = outcome.divergence {
-                let saved = divergence.save_in(&failures);
-                bar.suspend(|| println!("{divergence}"));
-                tally.divergences.push(match saved {
-                    Ok(path) => path.display().to_string(),
-                    Err(e) => format!("(not saved: {e})"),
-                });
-            }
+    let campaign = Campaign {
+        seed,
+        profiles: selected.clone(),
+        max_ops: args.max_ops,
+        cases: args.cases,
+        budget,
+        jobs,
+        shard: args.shard,
+        subject: subject.clone(),
+    };
+    let outcome = match campaign.run(Some(&bar)) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            bar.finish_and_clear();
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_INPUT);
         }
-        bar.set_position(started.elapsed().as_millis() as u64);
-        bar.set_message(format!("{total_ops} ops checked"));
-        if !any {
-            break;
+    };
+    bar.finish_and_clear();
+    let mut divergences = Vec::new();
+    let mut diverged_profile = None;
+    if let Some(found) = outcome.found {
+        diverged_profile = Some(found.profile);
+        divergences = report_divergence(found, &subject, &failures);
+    }
+    let report = RunReport {
+        format: REPORT_FORMAT.to_string(),
+        seed,
+        max_ops: args.max_ops,
+        subject: subject.name(&kvcheck::Config::dense(1)),
+        shards: vec![args.shard],
+        profiles: selected
+            .iter()
+            .zip(&outcome.tallies)
+            .map(|(&profile, t)| {
+                let p = &PROFILES[profile];
+                ProfileReport {
+                    name: p.name.to_string(),
+                    cache: if p.name == "packed" {
+                        "packed"
+                    } else {
+                        "dense"
+                    }
+                    .to_string(),
+                    cases: t.cases,
+                    ops: t.ops,
+                    busy_s: t.busy.as_secs_f64(),
+                    divergences: u64::from(diverged_profile == Some(profile)),
+                    required: required_events(p, &capabilities)
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect(),
+                    coverage: t.coverage.clone(),
+                }
+            })
+            .collect(),
+        elapsed_s: outcome.elapsed.as_secs_f64(),
+        divergences,
+    };
+    if let Some(path) = &args.json {
+        if let Err(e) = Report::Run(report.clone()).save(path) {
+            eprintln!("error: cannot write the report: {e}");
+            return ExitCode::from(EXIT_INPUT);
         }
     }
-    bar.finish_and_clear();
-    print_tables(&selected, &tallies, started.elapsed(), &capabilities)
+    print_tables(&report)
 }
 
-fn print_tables(
-    selected: &[usize],
-    tallies: &[Tally],
-    elapsed: Duration,
-    capabilities: &Capabilities,
-) -> ExitCode {
+/// Saves the first divergence's trace, minimizes it once (same failure,
+/// fewer ops) and saves that too; returns the paths, minimized first.
+fn report_divergence(found: Found, subject: &SubjectSpec, failures: &Path) -> Vec<String> {
+    let mut divergence = found.divergence;
+    let mut paths = Vec::new();
+    let saved = divergence.save_in(failures);
+    println!(
+        "first divergence: profile {} case {} (the run stopped there)",
+        PROFILES[found.profile].name, found.case
+    );
+    println!("{divergence}");
+    match minimize(&divergence.trace, subject.clone(), max_tests_default()) {
+        Ok(minimized) => {
+            let mut small = minimized.divergence;
+            println!(
+                "minimized: {} -> {} ops in {} tests",
+                minimized.before.ops, minimized.after.ops, minimized.tests_run
+            );
+            match small.save_in(failures) {
+                Ok(path) => paths.push(path.display().to_string()),
+                Err(e) => paths.push(format!("(minimized trace not saved: {e})")),
+            }
+        }
+        Err(e) => println!("not minimized: {e}"),
+    }
+    paths.push(match saved {
+        Ok(path) => path.display().to_string(),
+        Err(e) => format!("(not saved: {e})"),
+    });
+    paths
+}
+
+/// The `run` table, the event coverage and the totals: what one run
+/// prints and what `kvcheck merge` prints for the shards of one.
+pub fn print_tables(report: &RunReport) -> ExitCode {
     println!(
         "\n{:<12} {:<7} {:>8} {:>10} {:>10} {:>11}  missing events",
         "profile", "cache", "cases", "ops", "ops/s", "divergences"
     );
-    let mut divergences = Vec::new();
     let mut all = Coverage::default();
-    for (slot, &profile) in selected.iter().enumerate() {
-        let (p, t) = (&PROFILES[profile], &tallies[slot]);
-        let rate = t.ops as f64 / t.busy.as_secs_f64().max(1e-9);
-        let missing = t.coverage.missing(&required_events(p, capabilities));
-        let missing = if t.cases == 0 {
+    for p in &report.profiles {
+        let rate = p.ops as f64 / p.busy_s.max(1e-9);
+        let missing = p.missing();
+        let missing = if p.cases == 0 {
             "(not run)".to_string()
         } else if missing.is_empty() {
             "-".to_string()
         } else {
             missing.join(" ")
         };
-        let cache = if p.name == "packed" {
-            "packed"
-        } else {
-            "dense"
-        };
         println!(
             "{:<12} {:<7} {:>8} {:>10} {:>10.0} {:>11}  {missing}",
-            p.name,
-            cache,
-            t.cases,
-            t.ops,
-            rate,
-            t.divergences.len()
+            p.name, p.cache, p.cases, p.ops, rate, p.divergences
         );
-        divergences.extend(t.divergences.iter().cloned());
-        all.merge(&t.coverage);
+        all.merge(&p.coverage);
     }
     println!("\nevent coverage (all profiles):");
     let mut line = String::new();
@@ -247,14 +291,15 @@ fn print_tables(
     if !line.is_empty() {
         println!("  {line}");
     }
-    let total: u64 = tallies.iter().map(|t| t.ops).sum();
-    println!("\n{total} ops checked in {:.1} s", elapsed.as_secs_f64());
-    if divergences.is_empty() {
+    let total: u64 = report.profiles.iter().map(|p| p.ops).sum();
+    println!("\n{total} ops checked in {:.1} s", report.elapsed_s);
+    let found: u64 = report.profiles.iter().map(|p| p.divergences).sum();
+    if found == 0 {
         println!("no divergences");
         ExitCode::SUCCESS
     } else {
-        println!("{} divergences; traces:", divergences.len());
-        for path in &divergences {
+        println!("{found} divergences; traces:");
+        for path in &report.divergences {
             println!("  {path}");
         }
         ExitCode::from(EXIT_MISMATCH)

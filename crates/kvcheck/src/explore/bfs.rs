@@ -10,12 +10,25 @@
 //! this saves most re-executions. When a divergence shows up on such a
 //! reused lockstep, its trace is recomputed from the clean path so that the
 //! reported counterexample is exactly the BFS path: the shortest one.
+//!
+//! The search is **level-synchronous**: the nodes of one depth are expanded
+//! in parallel (rayon, on the explorer's pool), each against the
+//! fingerprints of the earlier depths (read-only while the level runs);
+//! then the new states are deduplicated in frontier order, node by node
+//! and op by op, which is the order one thread would meet them in. So the
+//! nodes, the counts and the first divergence (the lowest node of the
+//! level in frontier order, its first op in alphabet order) are the same
+//! for any number of threads. A level is finished before a divergence is
+//! reported (nodes after the earliest divergent one known are skipped), so
+//! it is a shortest counterexample.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use candle_core::Device;
 use kvmodel::Op;
+use rayon::prelude::*;
 
 use super::fingerprint::fingerprint;
 use super::{ExploreReport, Explorer};
@@ -29,6 +42,28 @@ const ROOT: u32 = u32::MAX;
 struct Node {
     parent: u32,
     op: Op,
+}
+
+/// What expanding one node found, merged in frontier order.
+#[derive(Default)]
+struct Expansion {
+    /// New fingerprints (unseen at earlier depths) with the op reaching
+    /// them, in alphabet order; duplicates are removed at the merge.
+    children: Vec<(u64, Op)>,
+    states: u64,
+    transitions: u64,
+    replayed_steps: u64,
+    coverage: Coverage,
+    divergence: Option<Box<Divergence>>,
+}
+
+/// A node's expansion, or why it did not run.
+enum Expanded {
+    Done(Expansion),
+    /// The time limit passed before the node started.
+    TimedOut,
+    /// A node earlier in the frontier diverged: this one does not matter.
+    Skipped,
 }
 
 /// The search state of one [`Explorer::run`].
@@ -64,45 +99,92 @@ impl<'e> Bfs<'e> {
         ops
     }
 
-    /// A fresh lockstep with the prefix and `path` applied.
-    fn rebuild(&mut self, path: &[Op]) -> Result<Lockstep, Box<Divergence>> {
+    /// A fresh lockstep with the prefix and `path` applied; counts the
+    /// steps re-executed into `replayed`.
+    fn rebuild(&self, path: &[Op], replayed: &mut u64) -> Result<Lockstep, Box<Divergence>> {
         let e = self.explorer;
         let device = Device::Cpu;
         let mut run = Lockstep::open(&e.config, &e.subject, &device)
             .map_err(|err| setup_divergence(e, err.to_string()))?;
         run.run(e.prefix.iter().chain(path))?;
-        self.report.replayed_steps += (e.prefix.len() + path.len()) as u64;
+        *replayed += (e.prefix.len() + path.len()) as u64;
         Ok(run)
     }
 
     pub(super) fn run(mut self) -> Result<ExploreReport, Box<Divergence>> {
         let started = Instant::now();
         let e = self.explorer;
-        let root = self.rebuild(&[])?;
+        let mut replayed = 0;
+        let root = self.rebuild(&[], &mut replayed)?;
+        self.report.replayed_steps += replayed;
         self.seen.insert(fingerprint(root.model(), root.cache()));
+        drop(root);
         self.report.distinct_states = 1;
         if let Some(bar) = &e.progress {
             bar.inc_length(1);
         }
         let mut frontier: Vec<u32> = vec![ROOT];
         for depth in 0..e.depth {
+            let first_divergence = AtomicUsize::new(usize::MAX);
+            let this = &self;
+            let expanded: Vec<Expanded> = frontier
+                .par_iter()
+                .enumerate()
+                .map(|(i, &node)| {
+                    if i > first_divergence.load(Ordering::Relaxed) {
+                        return Expanded::Skipped;
+                    }
+                    if e.time_limit.is_some_and(|limit| started.elapsed() >= limit) {
+                        return Expanded::TimedOut;
+                    }
+                    let expansion = this.expand(node);
+                    if expansion.divergence.is_some() {
+                        first_divergence.fetch_min(i, Ordering::Relaxed);
+                    }
+                    if let Some(bar) = &e.progress {
+                        bar.inc(1);
+                    }
+                    Expanded::Done(expansion)
+                })
+                .collect();
             let mut next = Vec::new();
-            for &node in &frontier {
-                if e.time_limit.is_some_and(|limit| started.elapsed() >= limit) {
-                    self.report.elapsed = started.elapsed();
-                    self.report.timed_out = true;
-                    return Ok(self.finish());
+            let mut timed_out = false;
+            for (&node, expanded) in frontier.iter().zip(expanded) {
+                let expansion = match expanded {
+                    Expanded::Done(expansion) => expansion,
+                    Expanded::TimedOut => {
+                        timed_out = true;
+                        continue;
+                    }
+                    Expanded::Skipped => continue,
+                };
+                self.report.states += expansion.states;
+                self.report.transitions += expansion.transitions;
+                self.report.replayed_steps += expansion.replayed_steps;
+                self.coverage.merge(&expansion.coverage);
+                if let Some(divergence) = expansion.divergence {
+                    return Err(divergence);
                 }
-                self.expand(node, &mut next)?;
-                if let Some(bar) = &e.progress {
-                    bar.set_message(format!(
-                        "depth {} · {} distinct · {} transitions",
-                        depth + 1,
-                        self.report.distinct_states,
-                        self.report.transitions
-                    ));
-                    bar.inc(1);
+                for (there, op) in expansion.children {
+                    if self.seen.insert(there) {
+                        self.nodes.push(Node { parent: node, op });
+                        next.push((self.nodes.len() - 1) as u32);
+                        self.report.distinct_states += 1;
+                    }
                 }
+            }
+            if let Some(bar) = &e.progress {
+                bar.set_message(format!(
+                    "depth {} · {} distinct · {} transitions",
+                    depth + 1,
+                    self.report.distinct_states,
+                    self.report.transitions
+                ));
+            }
+            if timed_out {
+                self.report.elapsed = started.elapsed();
+                self.report.timed_out = true;
+                return Ok(self.finish());
             }
             self.report.depth_completed = depth + 1;
             self.report.frontier = next.len();
@@ -123,14 +205,22 @@ impl<'e> Bfs<'e> {
         self.report
     }
 
-    /// Tries every op of the alphabet from `node`; new states go to `next`.
-    fn expand(&mut self, node: u32, next: &mut Vec<u32>) -> Result<(), Box<Divergence>> {
+    /// Tries every op of the alphabet from `node`; reads the nodes and the
+    /// fingerprints of earlier depths only, so nodes expand in parallel.
+    fn expand(&self, node: u32) -> Expansion {
+        let mut x = Expansion::default();
         let path = if node == ROOT {
             Vec::new()
         } else {
             self.path(node)
         };
-        let mut run = self.rebuild(&path)?;
+        let mut run = match self.rebuild(&path, &mut x.replayed_steps) {
+            Ok(run) => run,
+            Err(d) => {
+                x.divergence = Some(d);
+                return x;
+            }
+        };
         let here = fingerprint(run.model(), run.cache());
         let ops = self
             .explorer
@@ -139,40 +229,54 @@ impl<'e> Bfs<'e> {
         let clean_len = run.ops().len();
         for op in ops {
             let before = run.model().clone();
-            self.report.transitions += 1;
+            x.transitions += 1;
             let outcome = match run.step(&op) {
                 Ok(outcome) => outcome,
-                Err(divergence) => return Err(self.shortest(&path, op, divergence, clean_len)),
+                Err(divergence) => {
+                    x.divergence = Some(self.shortest(
+                        &path,
+                        op,
+                        divergence,
+                        clean_len,
+                        &mut x.replayed_steps,
+                    ));
+                    return x;
+                }
             };
-            self.coverage.observe(&before, run.model(), &op, &outcome);
-            self.report.states += 1;
+            x.coverage.observe(&before, run.model(), &op, &outcome);
+            x.states += 1;
             let there = fingerprint(run.model(), run.cache());
             if there == here {
                 continue;
             }
-            if self.seen.insert(there) {
-                self.nodes.push(Node { parent: node, op });
-                next.push((self.nodes.len() - 1) as u32);
-                self.report.distinct_states += 1;
+            if !self.seen.contains(&there) {
+                x.children.push((there, op));
             }
-            run = self.rebuild(&path)?;
+            run = match self.rebuild(&path, &mut x.replayed_steps) {
+                Ok(run) => run,
+                Err(d) => {
+                    x.divergence = Some(d);
+                    return x;
+                }
+            };
         }
-        Ok(())
+        x
     }
 
     /// The divergence of `path` + `op` re-executed on a clean lockstep, when
     /// `found` came from a lockstep that also ran state-preserving ops.
     fn shortest(
-        &mut self,
+        &self,
         path: &[Op],
         op: Op,
         found: Box<Divergence>,
         clean_len: usize,
+        replayed: &mut u64,
     ) -> Box<Divergence> {
         if found.step == clean_len {
             return found;
         }
-        let mut run = match self.rebuild(path) {
+        let mut run = match self.rebuild(path, replayed) {
             Ok(run) => run,
             Err(d) => return d,
         };

@@ -75,6 +75,7 @@ pub struct Explorer {
     prefix: Vec<Op>,
     time_limit: Option<Duration>,
     progress: Option<ProgressBar>,
+    jobs: usize,
 }
 
 impl Explorer {
@@ -89,6 +90,7 @@ impl Explorer {
             prefix: Vec::new(),
             time_limit: None,
             progress: None,
+            jobs: 1,
         }
     }
 
@@ -125,6 +127,15 @@ impl Explorer {
         self
     }
 
+    /// Threads expanding each depth's frontier: `n ≥ 1` builds a pool of
+    /// `n` for this search; `0` runs on the rayon pool the caller is in
+    /// (how a grid shares one pool among its configs). Default: 1. The
+    /// report and the counterexample are the same for any value.
+    pub fn jobs(mut self, jobs: usize) -> Explorer {
+        self.jobs = jobs;
+        self
+    }
+
     /// The configuration explored.
     pub fn config(&self) -> &Config {
         &self.config
@@ -134,7 +145,18 @@ impl Explorer {
     /// meets: a shortest counterexample (trace saved by the caller with
     /// [`Divergence::save_in`]).
     pub fn run(&self) -> Result<ExploreReport, Box<Divergence>> {
-        bfs::Bfs::new(self).run()
+        if self.jobs == 0 {
+            return bfs::Bfs::new(self).run();
+        }
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(self.jobs)
+            .build()
+        {
+            Ok(pool) => pool.install(|| bfs::Bfs::new(self).run()),
+            // No threads to be had: the caller's pool still gives the
+            // same result, only with other parallelism.
+            Err(_) => bfs::Bfs::new(self).run(),
+        }
     }
 
     /// Runs the search and panics with the report of a divergence.

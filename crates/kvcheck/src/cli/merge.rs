@@ -1,0 +1,79 @@
+//! `kvcheck merge`: one table from the JSON reports of a campaign's shards.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kvcheck::scale::report::Report;
+
+use super::{EXIT_INPUT, EXIT_MISMATCH};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Reports written by `run --json` or `explore --grid --json`, one per
+    /// shard of the same campaign.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Also write the merged report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Do not fail when a "sometimes" event was never reached (explore).
+    #[arg(long)]
+    no_sometimes: bool,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let mut reports = Vec::new();
+    for path in &args.files {
+        match Report::load(path) {
+            Ok(report) => reports.push(report),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_INPUT);
+            }
+        }
+    }
+    let merged = match Report::merge(reports) {
+        Ok(merged) => merged,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    let shards = merged.shards();
+    let count = shards.first().map_or(1, |s| s.count);
+    let absent: Vec<String> = (1..=count)
+        .filter(|k| !shards.iter().any(|s| s.index == *k))
+        .map(|k| format!("{k}/{count}"))
+        .collect();
+    println!(
+        "kvcheck merge: {} reports, shards {}",
+        args.files.len(),
+        shards
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if !absent.is_empty() {
+        println!(
+            "warning: shards {} are absent; the totals cover part of the campaign",
+            absent.join(" ")
+        );
+    }
+    if let Some(path) = &args.json {
+        if let Err(e) = merged.save(path) {
+            eprintln!("error: cannot write the report: {e}");
+            return ExitCode::from(EXIT_INPUT);
+        }
+    }
+    let code = match &merged {
+        Report::Run(report) => super::run::print_tables(report),
+        Report::Explore(summary) => super::explore::print_grid(summary, args.no_sometimes),
+    };
+    if absent.is_empty() {
+        code
+    } else {
+        // A partial campaign is not a pass.
+        ExitCode::from(EXIT_MISMATCH)
+    }
+}

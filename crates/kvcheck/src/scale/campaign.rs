@@ -1,0 +1,229 @@
+//! The `run` campaign on every core: workers draw cases from one shared
+//! counter, each case seeded from its own index.
+//!
+//! Case `k` of a campaign over `n` profiles is case `k / n` of profile
+//! `k % n` (the profiles take turns, as a single worker would), and its ops
+//! come from [`case_seed`]`(seed, profile, k / n)`. Which worker runs it
+//! changes nothing, so a `--cases` budget checks the same cases for any
+//! number of workers, a [`Shard`] keeps the case indices it
+//! [contains](Shard::contains), and a divergence replays from its trace
+//! alone.
+//!
+//! The first divergence stops every worker: a worker that draws a case
+//! after the earliest divergent case known so far stops, so the divergence
+//! reported is the one of the lowest case index among those that ran.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
+
+use super::jobs::case_seed;
+use super::Shard;
+use crate::coverage::Coverage;
+use crate::divergence::Divergence;
+use crate::machine::CASE_RUNNERS;
+use crate::strategy::PROFILES;
+use crate::subject::SubjectSpec;
+
+/// A checking campaign over some profiles.
+#[derive(Clone, Debug)]
+pub struct Campaign {
+    /// Seed of the whole campaign.
+    pub seed: u64,
+    /// Indices into [`PROFILES`] of the profiles that take turns.
+    pub profiles: Vec<usize>,
+    /// Longest op sequence of a case.
+    pub max_ops: usize,
+    /// Cases per profile (before sharding); `None`: until the time budget.
+    pub cases: Option<u64>,
+    /// Wall-time budget.
+    pub budget: Duration,
+    /// Worker threads (at least 1).
+    pub jobs: usize,
+    /// The case indices this campaign runs.
+    pub shard: Shard,
+    /// What is checked against the model.
+    pub subject: SubjectSpec,
+}
+
+/// What a campaign did with one profile.
+#[derive(Clone, Debug, Default)]
+pub struct ProfileTally {
+    /// Cases checked.
+    pub cases: u64,
+    /// Ops checked.
+    pub ops: u64,
+    /// Worker time spent on its cases (summed over workers).
+    pub busy: Duration,
+    /// Events labelled.
+    pub coverage: Coverage,
+}
+
+impl ProfileTally {
+    fn add(&mut self, other: &ProfileTally) {
+        self.cases += other.cases;
+        self.ops += other.ops;
+        self.busy += other.busy;
+        self.coverage.merge(&other.coverage);
+    }
+}
+
+/// The first divergence of a campaign.
+#[derive(Debug)]
+pub struct Found {
+    /// Index into [`PROFILES`].
+    pub profile: usize,
+    /// The case's index within its profile.
+    pub case: u64,
+    /// The divergence (its trace replays it alone).
+    pub divergence: Box<Divergence>,
+}
+
+/// The result of [`Campaign::run`].
+#[derive(Debug)]
+pub struct CampaignOutcome {
+    /// One tally per entry of [`Campaign::profiles`], same order.
+    pub tallies: Vec<ProfileTally>,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// The divergence of the lowest case index that ran, if any.
+    pub found: Option<Found>,
+}
+
+impl CampaignOutcome {
+    /// Ops checked over every profile.
+    pub fn total_ops(&self) -> u64 {
+        self.tallies.iter().map(|t| t.ops).sum()
+    }
+}
+
+/// The campaign's shared stop conditions.
+struct Control {
+    next: AtomicU64,
+    /// Lowest case number (`k`) that diverged; `u64::MAX` while none did.
+    first_divergence: AtomicU64,
+    failed: AtomicBool,
+    ops: AtomicU64,
+}
+
+impl Campaign {
+    /// Runs the campaign on [`Campaign::jobs`] threads. `progress` gets the
+    /// elapsed milliseconds as position and the ops checked as message.
+    /// `Err` names a profile whose cases cannot be drawn or run.
+    pub fn run(&self, progress: Option<&ProgressBar>) -> Result<CampaignOutcome, String> {
+        let started = Instant::now();
+        let control = Control {
+            next: AtomicU64::new(0),
+            first_divergence: AtomicU64::new(u64::MAX),
+            failed: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+        };
+        let found: Mutex<Vec<(u64, Found)>> = Mutex::new(Vec::new());
+        let error: Mutex<Option<String>> = Mutex::new(None);
+        let tallies: Vec<ProfileTally> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..self.jobs.max(1))
+                .map(|worker| {
+                    let (control, found, error) = (&control, &found, &error);
+                    scope.spawn(move || {
+                        self.worker(worker == 0, started, control, found, error, progress)
+                    })
+                })
+                .collect();
+            let mut total = vec![ProfileTally::default(); self.profiles.len()];
+            for worker in workers {
+                let part = worker
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                for (sum, t) in total.iter_mut().zip(&part) {
+                    sum.add(t);
+                }
+            }
+            total
+        });
+        if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e);
+        }
+        let mut found = found.into_inner().unwrap_or_else(|e| e.into_inner());
+        found.sort_by_key(|(k, _)| *k);
+        Ok(CampaignOutcome {
+            tallies,
+            elapsed: started.elapsed(),
+            found: found.into_iter().next().map(|(_, f)| f),
+        })
+    }
+
+    fn worker(
+        &self,
+        reports_progress: bool,
+        started: Instant,
+        control: &Control,
+        found: &Mutex<Vec<(u64, Found)>>,
+        error: &Mutex<Option<String>>,
+        progress: Option<&ProgressBar>,
+    ) -> Vec<ProfileTally> {
+        let n = self.profiles.len() as u64;
+        let mut tallies = vec![ProfileTally::default(); self.profiles.len()];
+        if n == 0 {
+            return tallies;
+        }
+        loop {
+            if control.failed.load(Ordering::Relaxed) || started.elapsed() >= self.budget {
+                break;
+            }
+            let k = control.next.fetch_add(1, Ordering::Relaxed);
+            if k > control.first_divergence.load(Ordering::Relaxed) {
+                break;
+            }
+            let (slot, index) = ((k % n) as usize, k / n);
+            if self.cases.is_some_and(|max| index >= max) {
+                break;
+            }
+            if !self.shard.contains(index as usize) {
+                continue;
+            }
+            let profile = self.profiles[slot];
+            let mut runner = TestRunner::new(ProptestConfig {
+                rng_seed: RngSeed::Fixed(case_seed(self.seed, profile, index)),
+                ..ProptestConfig::default()
+            });
+            let case_started = Instant::now();
+            let outcome = match CASE_RUNNERS[profile](&mut runner, self.max_ops, &self.subject) {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    control.failed.store(true, Ordering::Relaxed);
+                    let mut slot = error.lock().unwrap_or_else(|e| e.into_inner());
+                    slot.get_or_insert_with(|| format!("profile {}: {e}", PROFILES[profile].name));
+                    break;
+                }
+            };
+            let tally = &mut tallies[slot];
+            tally.busy += case_started.elapsed();
+            tally.cases += 1;
+            tally.ops += outcome.ops_checked as u64;
+            tally.coverage.merge(&outcome.coverage);
+            let ops = control
+                .ops
+                .fetch_add(outcome.ops_checked as u64, Ordering::Relaxed)
+                + outcome.ops_checked as u64;
+            if let Some(divergence) = outcome.divergence {
+                control.first_divergence.fetch_min(k, Ordering::Relaxed);
+                found.lock().unwrap_or_else(|e| e.into_inner()).push((
+                    k,
+                    Found {
+                        profile,
+                        case: index,
+                        divergence,
+                    },
+                ));
+            }
+            if let Some(bar) = progress.filter(|_| reports_progress) {
+                bar.set_position(started.elapsed().as_millis() as u64);
+                bar.set_message(format!("{ops} ops checked"));
+            }
+        }
+        tallies
+    }
+}

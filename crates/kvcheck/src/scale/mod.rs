@@ -1,0 +1,13 @@
+//! Scaling a checking campaign: every core of one machine (`--jobs`),
+//! many machines (`--shard K/N`, JSON reports and their merge).
+//!
+//! See `docs/scale.md` for how these fit with fuzzing at scale.
+
+pub mod campaign;
+pub mod jobs;
+pub mod report;
+pub mod shard;
+
+pub use campaign::{Campaign, CampaignOutcome, Found, ProfileTally};
+pub use jobs::{available_cores, case_seed, default_jobs, parse_jobs};
+pub use shard::{Shard, ShardError};

@@ -1,0 +1,350 @@
+//! JSON reports of `run` and `explore` (`--json FILE`) and their merge.
+//!
+//! A report holds the counts a table is printed from, never rates alone,
+//! so that [`Report::merge`] of the shards of a campaign gives the totals
+//! one unsharded run prints: cases, ops, states and event counts add up,
+//! missing events are computed again from the merged coverage, and wall
+//! time is the longest shard's (shards run side by side).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::Shard;
+use crate::coverage::Coverage;
+
+/// The version tag of the report format.
+pub const REPORT_FORMAT: &str = "kvcheck-report/1";
+
+/// A JSON report of one command.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Report {
+    /// `kvcheck run`.
+    Run(RunReport),
+    /// `kvcheck explore` (one config or a grid).
+    Explore(ExploreSummary),
+}
+
+/// What `kvcheck run` checked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// [`REPORT_FORMAT`].
+    pub format: String,
+    /// The campaign's seed.
+    pub seed: u64,
+    /// Longest op sequence.
+    pub max_ops: usize,
+    /// The subject's name.
+    pub subject: String,
+    /// The shards this report covers (one, or several once merged).
+    pub shards: Vec<Shard>,
+    /// Per profile, in table order.
+    pub profiles: Vec<ProfileReport>,
+    /// Wall time in seconds (the longest shard's once merged).
+    pub elapsed_s: f64,
+    /// Paths of the traces of divergences.
+    pub divergences: Vec<String>,
+}
+
+/// One profile's row of the `run` table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileReport {
+    /// Profile name.
+    pub name: String,
+    /// `dense` or `packed`.
+    pub cache: String,
+    /// Cases checked.
+    pub cases: u64,
+    /// Ops checked.
+    pub ops: u64,
+    /// Worker seconds spent on its cases.
+    pub busy_s: f64,
+    /// Divergences found.
+    pub divergences: u64,
+    /// Events the profile must reach.
+    pub required: Vec<String>,
+    /// Events labelled.
+    pub coverage: Coverage,
+}
+
+impl ProfileReport {
+    /// The required events never reached.
+    pub fn missing(&self) -> Vec<String> {
+        self.required
+            .iter()
+            .filter(|e| self.coverage.count(e) == 0)
+            .cloned()
+            .collect()
+    }
+}
+
+/// What `kvcheck explore` explored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExploreSummary {
+    /// [`REPORT_FORMAT`].
+    pub format: String,
+    /// The subject's name.
+    pub subject: String,
+    /// Depth asked for.
+    pub depth: usize,
+    /// The shards this report covers.
+    pub shards: Vec<Shard>,
+    /// One entry per config explored, in grid order.
+    pub configs: Vec<ConfigReport>,
+    /// Events the whole exploration must reach.
+    pub required: Vec<String>,
+    /// Wall time in seconds (the longest shard's once merged).
+    pub elapsed_s: f64,
+    /// The shortest counterexample found, if any.
+    pub discovery: Option<DiscoveryReport>,
+}
+
+/// One explored config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigReport {
+    /// Index in the unsharded grid (0 outside grid mode).
+    pub index: usize,
+    /// The config, described.
+    pub config: String,
+    /// Depth expanded in full.
+    pub depth_completed: usize,
+    /// States generated.
+    pub states: u64,
+    /// Distinct fingerprints.
+    pub distinct_states: u64,
+    /// Ops checked from explored states.
+    pub transitions: u64,
+    /// Events labelled.
+    pub coverage: Coverage,
+}
+
+/// A counterexample found by `explore`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiscoveryReport {
+    /// Index in the unsharded grid of the config it was found in.
+    pub index: usize,
+    /// Its one-line summary.
+    pub summary: String,
+    /// Its length in ops.
+    pub ops: usize,
+    /// Where its trace was saved.
+    pub trace: Option<String>,
+}
+
+impl ExploreSummary {
+    /// States over all configs.
+    pub fn states(&self) -> u64 {
+        self.configs.iter().map(|c| c.states).sum()
+    }
+
+    /// Distinct states over all configs.
+    pub fn distinct_states(&self) -> u64 {
+        self.configs.iter().map(|c| c.distinct_states).sum()
+    }
+
+    /// Transitions over all configs.
+    pub fn transitions(&self) -> u64 {
+        self.configs.iter().map(|c| c.transitions).sum()
+    }
+
+    /// The least depth completed over configs.
+    pub fn shallowest(&self) -> usize {
+        self.configs
+            .iter()
+            .map(|c| c.depth_completed)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The coverage of every config together.
+    pub fn coverage(&self) -> Coverage {
+        let mut all = Coverage::default();
+        for c in &self.configs {
+            all.merge(&c.coverage);
+        }
+        all
+    }
+
+    /// The required events never reached by any config.
+    pub fn missing(&self) -> Vec<String> {
+        let all = self.coverage();
+        self.required
+            .iter()
+            .filter(|e| all.count(e) == 0)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Why reports could not be read or merged.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file is not a report.
+    #[error("{path}: not a kvcheck report: {source}")]
+    Json {
+        /// The file.
+        path: String,
+        /// The decoding error.
+        source: serde_json::Error,
+    },
+    /// A report of another format version.
+    #[error("{path}: report format {found:?}, expected {REPORT_FORMAT:?}")]
+    Format {
+        /// The file.
+        path: String,
+        /// Its format tag.
+        found: String,
+    },
+    /// Nothing to merge.
+    #[error("no reports to merge")]
+    Empty,
+    /// Reports of different commands or campaigns.
+    #[error("cannot merge: {0}")]
+    Mismatch(String),
+}
+
+impl Report {
+    /// Reads a report written by `--json`.
+    pub fn load(path: &Path) -> Result<Report, ReportError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io {
+            path: name.clone(),
+            source,
+        })?;
+        let report: Report = serde_json::from_str(&text).map_err(|source| ReportError::Json {
+            path: name.clone(),
+            source,
+        })?;
+        let format = match &report {
+            Report::Run(r) => &r.format,
+            Report::Explore(r) => &r.format,
+        };
+        if format != REPORT_FORMAT {
+            return Err(ReportError::Format {
+                path: name,
+                found: format.clone(),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Writes the report as pretty JSON, atomically (a temporary file in
+    /// the same directory, then a rename), so a reader never sees half.
+    pub fn save(&self, path: &Path) -> Result<(), ReportError> {
+        let text = serde_json::to_string_pretty(self).expect("reports serialize");
+        crate::atomic::write(path, text.as_bytes()).map_err(|source| ReportError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// The shards a report covers.
+    pub fn shards(&self) -> &[Shard] {
+        match self {
+            Report::Run(r) => &r.shards,
+            Report::Explore(r) => &r.shards,
+        }
+    }
+
+    /// Combines the reports of the shards of one campaign: same command,
+    /// same seed (run) or depth (explore), same shard count, no shard
+    /// twice. The result has the totals one unsharded run prints when
+    /// every shard is present.
+    pub fn merge(reports: Vec<Report>) -> Result<Report, ReportError> {
+        let mut reports = reports.into_iter();
+        let mut merged = reports.next().ok_or(ReportError::Empty)?;
+        for next in reports {
+            match (&mut merged, next) {
+                (Report::Run(a), Report::Run(b)) => merge_run(a, b)?,
+                (Report::Explore(a), Report::Explore(b)) => merge_explore(a, b)?,
+                _ => {
+                    return Err(ReportError::Mismatch(
+                        "a run report and an explore report".into(),
+                    ))
+                }
+            }
+        }
+        match &mut merged {
+            Report::Run(r) => r.shards.sort_by_key(|s| s.index),
+            Report::Explore(r) => {
+                r.shards.sort_by_key(|s| s.index);
+                r.configs.sort_by_key(|c| c.index);
+            }
+        }
+        Ok(merged)
+    }
+}
+
+fn check_shards(have: &[Shard], new: &[Shard]) -> Result<(), ReportError> {
+    for s in new {
+        if let Some(h) = have.iter().find(|h| h.count != s.count) {
+            return Err(ReportError::Mismatch(format!(
+                "shard {s} and shard {h} split the campaign differently"
+            )));
+        }
+        if have.contains(s) {
+            return Err(ReportError::Mismatch(format!("shard {s} appears twice")));
+        }
+    }
+    Ok(())
+}
+
+fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportError> {
+    if (a.seed, a.max_ops, &a.subject) != (b.seed, b.max_ops, &b.subject) {
+        return Err(ReportError::Mismatch(format!(
+            "run reports of different campaigns (seed {} vs {}, max ops {} vs {}, subject {} vs {})",
+            a.seed, b.seed, a.max_ops, b.max_ops, a.subject, b.subject
+        )));
+    }
+    check_shards(&a.shards, &b.shards)?;
+    a.shards.extend(b.shards);
+    a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
+    a.divergences.extend(b.divergences);
+    for p in b.profiles {
+        match a.profiles.iter_mut().find(|q| q.name == p.name) {
+            Some(q) => {
+                q.cases += p.cases;
+                q.ops += p.ops;
+                q.busy_s += p.busy_s;
+                q.divergences += p.divergences;
+                q.coverage.merge(&p.coverage);
+            }
+            None => a.profiles.push(p),
+        }
+    }
+    Ok(())
+}
+
+fn merge_explore(a: &mut ExploreSummary, b: ExploreSummary) -> Result<(), ReportError> {
+    if (a.depth, &a.subject) != (b.depth, &b.subject) {
+        return Err(ReportError::Mismatch(format!(
+            "explore reports of different campaigns (depth {} vs {}, subject {} vs {})",
+            a.depth, b.depth, a.subject, b.subject
+        )));
+    }
+    check_shards(&a.shards, &b.shards)?;
+    a.shards.extend(b.shards);
+    a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
+    a.configs.extend(b.configs);
+    for e in b.required {
+        if !a.required.contains(&e) {
+            a.required.push(e);
+        }
+    }
+    // The discovery of the earliest config in grid order, as one
+    // unsharded grid would report it.
+    a.discovery = match (a.discovery.take(), b.discovery) {
+        (Some(x), Some(y)) => Some(if y.index < x.index { y } else { x }),
+        (x, y) => x.or(y),
+    };
+    Ok(())
+}
