@@ -41,6 +41,7 @@ pub mod machine;
 pub mod minimize;
 pub mod payload;
 pub mod replay;
+mod segments;
 pub mod strategy;
 pub mod subject;
 pub mod suite;

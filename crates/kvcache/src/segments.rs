@@ -1,0 +1,188 @@
+//! Segmented views: the visible window as a short list of zero-copy pieces
+//! of the cache's buffers, so a consumer that can attend over pieces (see
+//! [`crate::attention`]) never pays for a contiguous copy, and one that
+//! cannot copies once into a buffer it owns ([`Segments::to_contiguous_into`]).
+
+use std::marker::PhantomData;
+
+use candle_core::Tensor;
+
+use crate::{Error, Result, View};
+
+/// One piece of a view: `[B, len, heads, D]` rows of consecutive visible
+/// positions.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// The rows, `[B, len, heads, D]`.
+    pub rows: Tensor,
+    /// The first buffer slot these rows alias, when the segment is a
+    /// zero-copy `narrow` of the cache's buffers (slot `slot + i` holds row
+    /// `i`); `None` when it is a copy.
+    pub slot: Option<usize>,
+}
+
+impl Segment {
+    /// Rows in the segment.
+    pub fn len(&self) -> usize {
+        self.rows.dims().get(1).copied().unwrap_or(0)
+    }
+
+    /// Whether the segment holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The K or V side of a [`SegmentedView`]: segments in ascending position
+/// order; their concatenation along the token axis is the view.
+#[derive(Clone, Debug)]
+pub struct Segments {
+    /// The shape of the concatenation, `[B, len, heads, D]`.
+    pub shape: [usize; 4],
+    /// The pieces, positions ascending across them.
+    pub parts: Vec<Segment>,
+}
+
+impl Segments {
+    /// One segment holding the whole view (a copy, or a view of unknown
+    /// provenance).
+    pub fn single(rows: Tensor) -> Result<Segments> {
+        let (b, n, h, d) = rows.dims4()?;
+        Ok(Segments {
+            shape: [b, n, h, d],
+            parts: vec![Segment { rows, slot: None }],
+        })
+    }
+
+    /// Writes the concatenation of the segments into `dst`, which must be a
+    /// contiguous `[B, len, heads, D]` tensor of the segments' dtype on
+    /// their device ([`Error::Destination`] otherwise, `dst` untouched).
+    /// Allocates nothing when each segment's rows of one batch row are
+    /// contiguous (every segment of a view of all heads); a head-range
+    /// segment is copied once to make it so.
+    pub fn to_contiguous_into(&self, dst: &mut Tensor) -> Result<()> {
+        let Some(first) = self.parts.first() else {
+            return Err(Error::Destination {
+                reason: "a view without segments has no dtype or device to match".to_string(),
+            });
+        };
+        let (dtype, device) = (first.rows.dtype(), first.rows.device());
+        if dst.dims() != self.shape
+            || dst.dtype() != dtype
+            || !dst.device().same_device(device)
+            || !dst.is_contiguous()
+        {
+            return Err(Error::Destination {
+                reason: format!(
+                    "the view needs a contiguous {:?} {dtype:?} tensor on {:?}, got {:?} {:?} on {:?}{}",
+                    self.shape,
+                    device.location(),
+                    dst.dims(),
+                    dst.dtype(),
+                    dst.device().location(),
+                    if dst.is_contiguous() { "" } else { " (not contiguous)" }
+                ),
+            });
+        }
+        let mut offset = 0;
+        for part in &self.parts {
+            set_rows(dst, offset, &part.rows)?;
+            offset += part.len();
+        }
+        Ok(())
+    }
+
+    /// The concatenation as one new tensor: a zero-copy handle when there
+    /// is one segment, otherwise one `cat`.
+    pub fn to_contiguous(&self) -> Result<Tensor> {
+        Ok(match self.parts.as_slice() {
+            [only] => only.rows.clone(),
+            many => {
+                let rows: Vec<&Tensor> = many.iter().map(|p| &p.rows).collect();
+                Tensor::cat(&rows, 1)?
+            }
+        })
+    }
+
+    /// Whether every segment aliases the cache's buffers.
+    pub fn zero_copy(&self) -> bool {
+        self.parts.iter().all(|p| p.slot.is_some())
+    }
+}
+
+/// The visible window as segments (see the module docs). Like [`View`] it
+/// borrows the cache: the segments alias its buffers and are valid until
+/// the next call that mutates it.
+#[derive(Clone, Debug)]
+pub struct SegmentedView<'cache> {
+    /// The global end after the operation.
+    pub global_end: u64,
+    /// Visible global positions, ascending.
+    pub positions: Vec<u64>,
+    /// Keys.
+    pub k: Segments,
+    /// Values.
+    pub v: Segments,
+    _cache: PhantomData<&'cache ()>,
+}
+
+impl<'cache> SegmentedView<'cache> {
+    /// Assembles a view from its K and V segments.
+    pub fn new(global_end: u64, positions: Vec<u64>, k: Segments, v: Segments) -> Self {
+        SegmentedView {
+            global_end,
+            positions,
+            k,
+            v,
+            _cache: PhantomData,
+        }
+    }
+
+    /// One contiguous [`View`] (one `cat` per tensor when there are several
+    /// segments; zero-copy when there is one).
+    pub fn into_view(self) -> Result<View<'cache>> {
+        let zero_copy = self.k.parts.len() <= 1 && self.k.zero_copy();
+        Ok(View::new(
+            self.global_end,
+            self.positions,
+            self.k.to_contiguous()?,
+            self.v.to_contiguous()?,
+            zero_copy,
+        ))
+    }
+}
+
+impl<'cache> TryFrom<View<'cache>> for SegmentedView<'cache> {
+    type Error = Error;
+
+    /// A contiguous view as one segment each for K and V.
+    fn try_from(view: View<'cache>) -> Result<SegmentedView<'cache>> {
+        Ok(SegmentedView::new(
+            view.global_end,
+            view.positions,
+            Segments::single(view.k)?,
+            Segments::single(view.v)?,
+        ))
+    }
+}
+
+/// Copies `rows` (`[B, n, heads, D]`) into rows `[offset, offset + n)` of
+/// the contiguous `dst` (`[B, len, heads, D]`) with `slice_set`, one call
+/// per batch row when `B > 1` (a batch row of a token-axis `narrow` is
+/// contiguous). A source whose batch row is not contiguous (a head range)
+/// is copied first. `rows` must not share storage with `dst`.
+pub(crate) fn set_rows(dst: &Tensor, offset: usize, rows: &Tensor) -> Result<()> {
+    let batch = rows.dims().first().copied().unwrap_or(0);
+    if rows.dims().get(1).copied().unwrap_or(0) == 0 {
+        return Ok(());
+    }
+    if batch == 1 || rows.is_contiguous() {
+        dst.slice_set(&rows.contiguous()?, 1, offset)?;
+        return Ok(());
+    }
+    for b in 0..batch {
+        let row = rows.narrow(0, b, 1)?.contiguous()?;
+        dst.narrow(0, b, 1)?.slice_set(&row, 1, offset)?;
+    }
+    Ok(())
+}
