@@ -24,9 +24,10 @@
 //! - **rewind**: the dropped positions are the largest, at the top: only the
 //!   slot map changes;
 //! - **view**: the visible positions (protected ∪ a suffix of the others)
-//!   map to ascending slots; when they form one slot range (the steady
-//!   rolling state: sink followed by the tail) the view is a zero-copy
-//!   `narrow`, otherwise one `Tensor::cat` of the narrowed slot runs.
+//!   map to ascending slots; [`KvCache::write_segments`] returns one
+//!   zero-copy `narrow` per slot run, and [`KvCache::write`] the same
+//!   `narrow` when there is one run (the steady rolling state: sink
+//!   followed by the tail), otherwise one `Tensor::cat` of the runs.
 //!
 //! # Refusals
 //!
@@ -52,7 +53,8 @@ use candle_core::{DType, Device, Tensor};
 use kvmodel::{Config, Write};
 
 use crate::contract::Residency;
-use crate::{candle_dtype, KvCache, Layout, Result, Slot, View};
+use crate::segments::buffer_view;
+use crate::{candle_dtype, KvCache, Layout, Result, SegmentedView, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
 use slots::SlotMap;
 
@@ -182,38 +184,24 @@ impl DenseCache {
         Ok(())
     }
 
-    /// The view of `visible` (ascending position ranges, all resident) for
-    /// `heads`: a zero-copy `narrow` when the rows form one slot range,
-    /// otherwise one `cat` of the narrowed slot runs.
-    fn make_view(&self, visible: &[Range<u64>], heads: Range<usize>) -> Result<View<'_>> {
+    /// The segments of `visible` (ascending position ranges, all
+    /// resident) for `heads`: one zero-copy `narrow` per slot run (one run
+    /// in the steady rolling state: the sink followed by the tail).
+    fn segments(&self, visible: &[Range<u64>], heads: Range<usize>) -> Result<SegmentedView<'_>> {
         let positions: Vec<u64> = visible.iter().flat_map(|r| r.clone()).collect();
-        let runs = self.slots.slot_ranges(visible);
-        let select = |buffer: &Tensor| -> Result<Tensor> {
-            let buffer = if heads.len() == self.state.config.heads {
-                buffer.clone()
-            } else {
-                buffer.narrow(2, heads.start, heads.len())?
-            };
-            Ok(match runs.as_slice() {
-                [] => buffer.narrow(1, 0, 0)?,
-                [only] => buffer.narrow(1, only.start, only.len())?,
-                many => {
-                    let parts = many
-                        .iter()
-                        .map(|r| buffer.narrow(1, r.start, r.len()))
-                        .collect::<candle_core::Result<Vec<_>>>()?;
-                    Tensor::cat(&parts, 1)?
-                }
-            })
-        };
-        let (k, v) = (select(&self.k)?, select(&self.v)?);
-        Ok(View::new(
+        let runs: Vec<(usize, usize)> = self
+            .slots
+            .slot_ranges(visible)
+            .into_iter()
+            .map(|r| (r.start, r.len()))
+            .collect();
+        buffer_view(
+            [&self.k, &self.v],
+            &runs,
+            heads,
             self.state.global_end,
             positions,
-            k,
-            v,
-            runs.len() <= 1,
-        ))
+        )
     }
 }
 
@@ -233,7 +221,12 @@ impl KvCache for DenseCache {
     /// SPEC.md §3 `write`: checks 1–8 in order, then the payload (shape,
     /// dtype, device), then the commit: grow or evict-shift, zero the fresh
     /// rows of a head-range write, copy the payload block in place.
-    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
+    fn write_segments(
+        &mut self,
+        request: &Write,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<SegmentedView<'_>> {
         let plan = self.state.plan_write(&self.resident(), request)?;
         let (k, v) = self
             .state
@@ -285,12 +278,22 @@ impl KvCache for DenseCache {
             self.v.inplace_op2(&v, &copy)?;
         }
         self.state.global_end = self.state.global_end.max(plan.end);
-        self.make_view(&plan.visible, plan.heads)
+        self.segments(&plan.visible, plan.heads)
+    }
+
+    /// [`KvCache::write_segments`], concatenated: a zero-copy `narrow`
+    /// when the visible rows form one slot range, otherwise one `cat`.
+    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
+        self.write_segments(request, k, v)?.into_view()
     }
 
     fn view(&self) -> Result<View<'_>> {
+        self.view_segments()?.into_view()
+    }
+
+    fn view_segments(&self) -> Result<SegmentedView<'_>> {
         let visible = self.state.current_view(&self.resident());
-        self.make_view(&visible, 0..self.state.config.heads)
+        self.segments(&visible, 0..self.state.config.heads)
     }
 
     fn rewind(&mut self, to: i64) -> Result<u64> {

@@ -44,10 +44,8 @@ use candle_core::{DType, Device, Tensor};
 use kvmodel::{Config, Write};
 
 use crate::contract::{Residency, WritePlan};
-use crate::segments::set_rows;
-use crate::{
-    candle_dtype, KvCache, Layout, Result, RingLayout, Segment, SegmentedView, Segments, View,
-};
+use crate::segments::{buffer_view, set_rows};
+use crate::{candle_dtype, KvCache, Layout, Result, RingLayout, SegmentedView, View};
 use map::RingMap;
 
 /// The ring cache of SPEC.md §1–§5 (see the module docs).
@@ -169,36 +167,23 @@ impl RingCache {
         Ok(Tensor::cat(&parts, 2)?)
     }
 
-    /// The segments of `visible` (ascending, all resident) for `heads`.
+    /// The segments of `visible` (ascending, all resident) for `heads`:
+    /// one per slot run.
     fn segments(&self, visible: &[Range<u64>], heads: Range<usize>) -> Result<SegmentedView<'_>> {
-        let c = &self.state.config;
         let positions: Vec<u64> = visible.iter().flat_map(|r| r.clone()).collect();
-        let pieces = self.map.pieces(visible);
-        let shape = [c.batch, positions.len(), heads.len(), c.head_dim];
-        let side = |buffer: &Tensor| -> Result<Segments> {
-            let buffer = if heads.len() == c.heads {
-                buffer.clone()
-            } else {
-                buffer.narrow(2, heads.start, heads.len())?
-            };
-            let mut parts = Vec::with_capacity(pieces.len().max(1));
-            for (range, slot) in &pieces {
-                let len = (range.end - range.start) as usize;
-                parts.push(Segment {
-                    rows: buffer.narrow(1, *slot, len)?,
-                    slot: Some(*slot),
-                });
-            }
-            if parts.is_empty() {
-                parts.push(Segment {
-                    rows: buffer.narrow(1, 0, 0)?,
-                    slot: Some(0),
-                });
-            }
-            Ok(Segments { shape, parts })
-        };
-        let (k, v) = (side(&self.k)?, side(&self.v)?);
-        Ok(SegmentedView::new(self.state.global_end, positions, k, v))
+        let runs: Vec<(usize, usize)> = self
+            .map
+            .pieces(visible)
+            .into_iter()
+            .map(|(range, slot)| (slot, (range.end - range.start) as usize))
+            .collect();
+        buffer_view(
+            [&self.k, &self.v],
+            &runs,
+            heads,
+            self.state.global_end,
+            positions,
+        )
     }
 }
 

@@ -166,6 +166,47 @@ impl<'cache> TryFrom<View<'cache>> for SegmentedView<'cache> {
     }
 }
 
+/// The segmented view of a `[B, C, H, D]` buffer pair: one zero-copy
+/// `narrow` per `(slot, len)` run, in the order given (ascending
+/// positions), restricted to `heads`. No run gives one empty segment.
+pub(crate) fn buffer_view<'cache>(
+    buffers: [&Tensor; 2],
+    runs: &[(usize, usize)],
+    heads: std::ops::Range<usize>,
+    global_end: u64,
+    positions: Vec<u64>,
+) -> Result<SegmentedView<'cache>> {
+    let mut sides = Vec::with_capacity(2);
+    for buffer in buffers {
+        let (batch, _, all_heads, head_dim) = buffer.dims4()?;
+        let buffer = if heads.len() == all_heads {
+            buffer.clone()
+        } else {
+            buffer.narrow(2, heads.start, heads.len())?
+        };
+        let mut parts = Vec::with_capacity(runs.len().max(1));
+        for &(slot, len) in runs {
+            parts.push(Segment {
+                rows: buffer.narrow(1, slot, len)?,
+                slot: Some(slot),
+            });
+        }
+        if parts.is_empty() {
+            parts.push(Segment {
+                rows: buffer.narrow(1, 0, 0)?,
+                slot: Some(0),
+            });
+        }
+        sides.push(Segments {
+            shape: [batch, positions.len(), heads.len(), head_dim],
+            parts,
+        });
+    }
+    let v = sides.pop().expect("two sides");
+    let k = sides.pop().expect("two sides");
+    Ok(SegmentedView::new(global_end, positions, k, v))
+}
+
 /// Copies `rows` (`[B, n, heads, D]`) into rows `[offset, offset + n)` of
 /// the contiguous `dst` (`[B, len, heads, D]`) with `slice_set`, one call
 /// per batch row when `B > 1` (a batch row of a token-axis `narrow` is
