@@ -78,6 +78,21 @@ impl Residency {
         })
     }
 
+    /// The candle dtype of the configuration.
+    pub fn dtype(&self) -> DType {
+        crate::candle_dtype(self.config.dtype)
+    }
+
+    /// Zeroed `[B, capacity, H, D]` K and V buffers on `device`.
+    pub fn zeroed_buffers(&self, capacity: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        let c = &self.config;
+        let shape = (c.batch, capacity, c.heads, c.head_dim);
+        Ok((
+            Tensor::zeros(shape, self.dtype(), device)?,
+            Tensor::zeros(shape, self.dtype(), device)?,
+        ))
+    }
+
     /// SPEC.md §2: the protected ranges (not yet intersected with `R`),
     /// ascending and disjoint.
     pub fn protected_ranges(&self) -> Vec<Range<u64>> {

@@ -54,7 +54,7 @@ use kvmodel::{Config, Write};
 
 use crate::contract::Residency;
 use crate::segments::buffer_view;
-use crate::{candle_dtype, KvCache, Layout, Result, SegmentedView, Slot, View};
+use crate::{KvCache, Layout, Result, SegmentedView, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
 use slots::SlotMap;
 
@@ -93,15 +93,14 @@ impl DenseCache {
     /// must still be available: candle aborts on a failed CPU allocation.
     pub fn new(config: &Config, device: &Device) -> Result<DenseCache> {
         let state = Residency::new(config, "DenseCache")?;
-        let dtype = candle_dtype(config.dtype);
-        let shape = (config.batch, config.capacity, config.heads, config.head_dim);
+        let (k, v) = state.zeroed_buffers(config.capacity, device)?;
         Ok(DenseCache {
+            dtype: state.dtype(),
             state,
             device: device.clone(),
-            dtype,
             slots: SlotMap::default(),
-            k: Tensor::zeros(shape, dtype, device)?,
-            v: Tensor::zeros(shape, dtype, device)?,
+            k,
+            v,
         })
     }
 
@@ -132,10 +131,8 @@ impl DenseCache {
     /// Replaces the buffers by zeroed `[B, capacity, H, D]` ones holding the
     /// resident rows in the same slots. Allocates before it changes anything.
     fn grow(&mut self, capacity: usize, window: usize) -> Result<()> {
+        let (k, v) = self.state.zeroed_buffers(capacity, &self.device)?;
         let c = &self.state.config;
-        let shape = (c.batch, capacity, c.heads, c.head_dim);
-        let k = Tensor::zeros(shape, self.dtype, &self.device)?;
-        let v = Tensor::zeros(shape, self.dtype, &self.device)?;
         let copy = CopyBlock {
             batch: c.batch,
             len: self.slots.resident(),

@@ -45,7 +45,7 @@ use kvmodel::{Config, Write};
 
 use crate::contract::{Residency, WritePlan};
 use crate::segments::{buffer_view, set_rows};
-use crate::{candle_dtype, KvCache, Layout, Result, RingLayout, SegmentedView, View};
+use crate::{KvCache, Layout, Result, RingLayout, SegmentedView, View};
 use map::RingMap;
 
 /// The ring cache of SPEC.md §1–§5 (see the module docs).
@@ -80,15 +80,14 @@ impl RingCache {
     /// refuses, with the same errors.
     pub fn new(config: &Config, device: &Device) -> Result<RingCache> {
         let state = Residency::new(config, "RingCache")?;
-        let dtype = candle_dtype(config.dtype);
-        let shape = (config.batch, config.capacity, config.heads, config.head_dim);
+        let (k, v) = state.zeroed_buffers(config.capacity, device)?;
         Ok(RingCache {
+            dtype: state.dtype(),
             state,
             device: device.clone(),
-            dtype,
             map: RingMap::new(config.capacity),
-            k: Tensor::zeros(shape, dtype, device)?,
-            v: Tensor::zeros(shape, dtype, device)?,
+            k,
+            v,
         })
     }
 
@@ -115,12 +114,7 @@ impl RingCache {
     /// New zeroed buffers of `capacity` slots holding the resident rows
     /// compacted in position order.
     fn grow(&mut self, capacity: usize, window: usize) -> Result<()> {
-        let c = &self.state.config;
-        let shape = (c.batch, capacity, c.heads, c.head_dim);
-        let (k, v) = (
-            Tensor::zeros(shape, self.dtype, &self.device)?,
-            Tensor::zeros(shape, self.dtype, &self.device)?,
-        );
+        let (k, v) = self.state.zeroed_buffers(capacity, &self.device)?;
         let mut map = self.map.clone();
         for (from, to, len) in map.relayout(capacity) {
             set_rows(&k, to, &self.k.narrow(1, from, len)?)?;
