@@ -2,6 +2,39 @@
 //! of the cache's buffers, so a consumer that can attend over pieces (see
 //! [`crate::attention`]) never pays for a contiguous copy, and one that
 //! cannot copies once into a buffer it owns ([`Segments::to_contiguous_into`]).
+//!
+//! ```
+//! use candle_core::{DType, Device, Tensor};
+//! use kvcache::attention::{attention, attention_contiguous};
+//! use kvcache::{KvCache, RingCache};
+//! use kvmodel::{Config, Write};
+//!
+//! let mut config = Config::dense(8);
+//! config.sink = 2;
+//! let device = Device::Cpu;
+//! let mut cache = RingCache::new(&config, &device)?;
+//! for i in 0..4 {
+//!     let chunk = Tensor::full(i as f32, (1, 3, 1, 1), &device)?;
+//!     cache.write(&Write::new(3 * i, 3), &chunk, &chunk)?;
+//! }
+//! // The sink [0, 2), then the ring's tail [6, 12), which wraps.
+//! let view = cache.view_segments()?;
+//! assert_eq!(view.positions, [0, 1, 6, 7, 8, 9, 10, 11]);
+//! assert!(view.k.parts.len() > 1 && view.k.zero_copy());
+//!
+//! // Attend over the segments without a copy...
+//! let q = Tensor::ones((1, 1, 1, 1), DType::F32, &device)?;
+//! let segmented = attention(&q, &view.k, &view.v, 1.0)?;
+//! // ...or copy once into buffers the consumer owns.
+//! let mut k = Tensor::zeros(view.k.shape.to_vec(), DType::F32, &device)?;
+//! let mut v = Tensor::zeros(view.v.shape.to_vec(), DType::F32, &device)?;
+//! view.k.to_contiguous_into(&mut k)?;
+//! view.v.to_contiguous_into(&mut v)?;
+//! let contiguous = attention_contiguous(&q, &k, &v, 1.0)?;
+//! let gap = (segmented - contiguous)?.abs()?.max_all()?.to_scalar::<f32>()?;
+//! assert!(gap < 1e-5);
+//! # Ok::<(), kvcache::Error>(())
+//! ```
 
 use std::marker::PhantomData;
 
