@@ -579,37 +579,21 @@ fn check_segmented(
     ring: bool,
 ) -> SegmentedCheck {
     let positions = view.positions.clone();
-    if !values {
-        let empty = Tensor::zeros(0, candle_core::DType::F32, device)
-            .map_err(|e| (DivergenceKind::Backend, e.to_string(), Vec::new()))?;
-        let plain = View::new(
-            view.global_end,
-            positions.clone(),
-            empty.clone(),
-            empty,
-            false,
-        );
-        return match check_view(model, ops, &plain, effect, heads, false) {
-            Some(failure) => Err(failure),
-            None => Ok((Vec::new(), positions)),
-        };
+    // Global end and positions first: the shapes follow from them.
+    let empty = Tensor::zeros(0, candle_core::DType::F32, device)
+        .map_err(|e| (DivergenceKind::Backend, e.to_string(), Vec::new()))?;
+    let plain = View::new(
+        view.global_end,
+        positions.clone(),
+        empty.clone(),
+        empty,
+        false,
+    );
+    if let Some(failure) = check_view(model, ops, &plain, effect, heads.clone(), false) {
+        return Err(failure);
     }
-    if view.global_end != effect.global_end
-        || Some(view.positions.as_slice()) != effect.visible.as_deref()
-    {
-        // Positions first: the shapes follow from them.
-        let empty = Tensor::zeros(0, candle_core::DType::F32, device)
-            .map_err(|e| (DivergenceKind::Backend, e.to_string(), Vec::new()))?;
-        let plain = View::new(
-            view.global_end,
-            positions.clone(),
-            empty.clone(),
-            empty,
-            false,
-        );
-        if let Some(failure) = check_view(model, ops, &plain, effect, heads.clone(), false) {
-            return Err(failure);
-        }
+    if !values {
+        return Ok((Vec::new(), positions));
     }
     let materialized = materialize(view, model.config(), heads.clone(), device, ring)
         .map_err(|(kind, actual)| (kind, actual, Vec::new()))?;
