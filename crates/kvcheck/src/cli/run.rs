@@ -187,7 +187,8 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     bar.finish_and_clear();
-    print_tables(&selected, &tallies, started.elapsed(), &capabilities)
+    let ring = subject == kvcheck::subject::SubjectSpec::Ring;
+    print_tables(&selected, &tallies, started.elapsed(), &capabilities, ring)
 }
 
 fn print_tables(
@@ -195,6 +196,7 @@ fn print_tables(
     tallies: &[Tally],
     elapsed: Duration,
     capabilities: &Capabilities,
+    ring: bool,
 ) -> ExitCode {
     println!(
         "\n{:<12} {:<7} {:>8} {:>10} {:>10} {:>11}  missing events",
@@ -215,6 +217,8 @@ fn print_tables(
         };
         let cache = if p.name == "packed" {
             "packed"
+        } else if ring {
+            "ring"
         } else {
             "dense"
         };
