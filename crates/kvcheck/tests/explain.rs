@@ -127,4 +127,9 @@ fn explain_shows_the_ring_head_tail_and_wrap() {
         text.contains("ring    head slot 1, tail slot 0, no wrap"),
         "{text}"
     );
+    let html = render_html(&walk(&trace, SubjectSpec::Ring).unwrap());
+    assert!(
+        html.contains("head slot 3, tail slot 3, wraps at position 6"),
+        "{html}"
+    );
 }
