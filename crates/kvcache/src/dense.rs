@@ -42,7 +42,7 @@
 //!
 //! The buffers live on any candle device, but the custom in-place ops
 //! (`inplace.rs`) implement only `cpu_fwd`: on CUDA a mutating call fails
-//! with [`Error::Backend`] from candle's default `cuda_fwd`.
+//! with [`Error::Backend`](crate::Error::Backend) from candle's default `cuda_fwd`.
 
 mod inplace;
 mod slots;
