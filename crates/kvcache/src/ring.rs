@@ -91,21 +91,6 @@ impl RingCache {
         })
     }
 
-    /// The current window `W`.
-    pub fn window(&self) -> usize {
-        self.state.window
-    }
-
-    /// The pinned positions, if any.
-    pub fn pin_range(&self) -> Option<Range<u64>> {
-        self.state.pin.clone()
-    }
-
-    /// The device the buffers live on.
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
     /// The position before `G`, if any.
     fn newest(&self) -> Option<u64> {
         self.state.global_end.checked_sub(1)
