@@ -5,7 +5,12 @@
 //! every op the driver compares the outcome kind, the global end, the
 //! capacity and resident bytes, and for writes the visible positions and
 //! the view tensors, bit for bit, against the values the model's writers
-//! imply (see [`crate::payload`]). After every refused op a read-only probe
+//! imply (see [`crate::payload`]). Views are taken as segments
+//! ([`KvCache::write_segments`]): their concatenation is what is compared,
+//! and every segment that claims to alias the cache's buffers must be a
+//! `narrow` of one buffer at the slots the cache's layout gives for its
+//! positions (a cache laid out as a ring must not copy at all); a false
+//! claim is an `aliasing` divergence. After every refused op a read-only probe
 //! proves that nothing changed. A disagreement is returned as a
 //! [`Divergence`] value; the driver never panics on a cache's behaviour.
 //!
