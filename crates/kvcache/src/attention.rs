@@ -71,8 +71,8 @@ pub fn attention(q: &Tensor, k: &Segments, v: &Segments, scale: f64) -> Result<T
 pub fn attention_contiguous(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
     attention(
         q,
-        &Segments::single(k.clone())?,
-        &Segments::single(v.clone())?,
+        &Segments::single(k.clone()),
+        &Segments::single(v.clone()),
         scale,
     )
 }

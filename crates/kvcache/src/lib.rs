@@ -206,11 +206,11 @@ pub trait KvCache {
         k: &Tensor,
         v: &Tensor,
     ) -> Result<SegmentedView<'_>> {
-        self.write(request, k, v)?.try_into()
+        Ok(self.write(request, k, v)?.into())
     }
     /// [`KvCache::view`] as segments (default: one segment).
     fn view_segments(&self) -> Result<SegmentedView<'_>> {
-        self.view()?.try_into()
+        Ok(self.view()?.into())
     }
     /// The ring's head, tail and wrap point, for caches laid out as a ring
     /// (default: none).

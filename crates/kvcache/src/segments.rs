@@ -78,13 +78,15 @@ pub struct Segments {
 
 impl Segments {
     /// One segment holding the whole view (a copy, or a view of unknown
-    /// provenance).
-    pub fn single(rows: Tensor) -> Result<Segments> {
-        let (b, n, h, d) = rows.dims4()?;
-        Ok(Segments {
-            shape: [b, n, h, d],
+    /// provenance). `shape` is the tensor's (missing dimensions read 0,
+    /// so a tensor of another rank never matches a view's shape).
+    pub fn single(rows: Tensor) -> Segments {
+        let dims = rows.dims();
+        let at = |i: usize| dims.get(i).copied().unwrap_or(0);
+        Segments {
+            shape: [at(0), at(1), at(2), at(3)],
             parts: vec![Segment { rows, slot: None }],
-        })
+        }
     }
 
     /// Writes the concatenation of the segments into `dst`, which must be a
@@ -185,17 +187,15 @@ impl<'cache> SegmentedView<'cache> {
     }
 }
 
-impl<'cache> TryFrom<View<'cache>> for SegmentedView<'cache> {
-    type Error = Error;
-
+impl<'cache> From<View<'cache>> for SegmentedView<'cache> {
     /// A contiguous view as one segment each for K and V.
-    fn try_from(view: View<'cache>) -> Result<SegmentedView<'cache>> {
-        Ok(SegmentedView::new(
+    fn from(view: View<'cache>) -> SegmentedView<'cache> {
+        SegmentedView::new(
             view.global_end,
             view.positions,
-            Segments::single(view.k)?,
-            Segments::single(view.v)?,
-        ))
+            Segments::single(view.k),
+            Segments::single(view.v),
+        )
     }
 }
 

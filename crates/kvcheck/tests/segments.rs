@@ -15,6 +15,8 @@ enum Lie {
     ShiftedSlot,
     /// Returns copies while laid out as a ring.
     Copies,
+    /// Returns its rows flattened to one dimension.
+    Flattened,
 }
 
 struct Misreporting(RingCache, Lie);
@@ -29,6 +31,7 @@ fn distort(lie: Lie, mut view: SegmentedView<'_>) -> kvcache::Result<SegmentedVi
                     part.rows = part.rows.copy()?;
                     part.slot = None;
                 }
+                Lie::Flattened => part.rows = part.rows.flatten_all()?,
             }
         }
     }
@@ -106,6 +109,11 @@ fn a_segment_claiming_the_wrong_slot_is_an_aliasing_divergence() {
 #[test]
 fn a_ring_that_copies_its_segments_is_an_aliasing_divergence() {
     assert_eq!(run(Lie::Copies), Some(DivergenceKind::Aliasing));
+}
+
+#[test]
+fn a_segment_of_the_wrong_rank_is_a_shape_divergence() {
+    assert_eq!(run(Lie::Flattened), Some(DivergenceKind::Shape));
 }
 
 #[test]
