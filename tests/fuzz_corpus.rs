@@ -137,6 +137,7 @@ fn regenerate_seed_corpus() {
         write(Target::TraceLoad, &format!("{name}.kvtrace.json"), &raw);
         for (target, variant, prefix) in [
             (Target::DenseLockstep, Variant::Dense, None),
+            (Target::RingLockstep, Variant::Dense, None),
             (Target::PackedLockstep, Variant::Packed, None),
             (
                 Target::ModelInvariants,

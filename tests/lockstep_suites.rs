@@ -12,6 +12,8 @@ use kvcheck::machine::{
     check_family, BatchTwo, Family, Growth, Half, MultiHead, Packed, Pins, Sinks, SuiteSettings,
     Tiny, Window,
 };
+use kvcheck::subject::SubjectSpec;
+use kvcheck::suite::check_subject;
 
 fn suite<F: Family>() {
     let settings = SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"));
@@ -63,4 +65,14 @@ fn half_precision() {
 #[test]
 fn packed() {
     suite::<Packed>();
+}
+
+/// The `RingCache` (`cache:ring`) through the suite of every profile its
+/// capabilities allow: every dense one (packed is skipped).
+#[test]
+fn ring_every_dense_profile() {
+    let settings = SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let report = check_subject(&SubjectSpec::Ring, &settings).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.ran.len(), 8, "{report}");
+    assert_eq!(report.skipped.len(), 1, "{report}");
 }

@@ -29,3 +29,29 @@ fn regression_corpus_replays_clean() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The corpus through the `RingCache` too: its dense traces replay clean,
+/// packed ones are skipped as outside its capabilities.
+#[test]
+fn regression_corpus_replays_clean_on_the_ring_cache() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let files = collect_trace_files(std::slice::from_ref(&dir)).expect("the corpus is readable");
+    let (mut failures, mut ran) = (Vec::new(), 0);
+    for path in &files {
+        let trace = Trace::load(path).unwrap_or_else(|e| panic!("{e}"));
+        let report = replay(&trace, Some(path), Some(SubjectSpec::Ring), None);
+        if report.skipped.is_some() {
+            continue;
+        }
+        ran += 1;
+        if !report.passed() {
+            failures.push(format!(
+                "{}:\n{}",
+                path.display(),
+                report.failure().unwrap_or_default()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ran >= 8, "only {ran} regressions ran on the ring");
+}

@@ -32,3 +32,23 @@ fn shared_vectors_replay_green_for_model_and_cache() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The dense vectors through the `RingCache` (`cache:ring`); packed ones
+/// are outside its capabilities and reported as skipped.
+#[test]
+fn shared_vectors_replay_green_for_the_ring_cache() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
+    let files = collect_trace_files(&[dir]).expect("tests/vectors is readable");
+    let (mut failures, mut ran) = (Vec::new(), 0);
+    for file in &files {
+        let trace = Trace::load(file).unwrap_or_else(|e| panic!("{e}"));
+        let report = replay(&trace, Some(file), Some(SubjectSpec::Ring), None);
+        if let Some(failure) = report.failure() {
+            failures.push(format!("{}: {failure}", file.display()));
+        } else if report.skipped.is_none() {
+            ran += 1;
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ran >= 10, "only {ran} vectors ran on the ring");
+}

@@ -24,9 +24,10 @@
 //! - **rewind**: the dropped positions are the largest, at the top: only the
 //!   slot map changes;
 //! - **view**: the visible positions (protected ∪ a suffix of the others)
-//!   map to ascending slots; when they form one slot range (the steady
-//!   rolling state: sink followed by the tail) the view is a zero-copy
-//!   `narrow`, otherwise one `Tensor::cat` of the narrowed slot runs.
+//!   map to ascending slots; [`KvCache::write_segments`] returns one
+//!   zero-copy `narrow` per slot run, and [`KvCache::write`] the same
+//!   `narrow` when there is one run (the steady rolling state: sink
+//!   followed by the tail), otherwise one `Tensor::cat` of the runs.
 //!
 //! # Refusals
 //!
@@ -41,7 +42,7 @@
 //!
 //! The buffers live on any candle device, but the custom in-place ops
 //! (`inplace.rs`) implement only `cpu_fwd`: on CUDA a mutating call fails
-//! with [`Error::Backend`] from candle's default `cuda_fwd`.
+//! with [`Error::Backend`](crate::Error::Backend) from candle's default `cuda_fwd`.
 
 mod inplace;
 mod slots;
@@ -49,11 +50,13 @@ mod slots;
 use std::ops::Range;
 
 use candle_core::{DType, Device, Tensor};
-use kvmodel::{format_ranges, non_negative, CacheError, Config, Write};
+use kvmodel::{Config, Write};
 
-use crate::{candle_dtype, check_payload, Error, KvCache, Layout, Result, Slot, View};
+use crate::contract::Residency;
+use crate::segments::buffer_view;
+use crate::{KvCache, Layout, Result, SegmentedView, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
-use slots::{count, intersect, normalize, subtract, SlotMap};
+use slots::SlotMap;
 
 /// The dense rolling cache of SPEC.md §1–§5 on candle tensors.
 ///
@@ -69,36 +72,16 @@ use slots::{count, intersect, normalize, subtract, SlotMap};
 ///   enforces it); it may share storage with the buffers.
 #[derive(Debug)]
 pub struct DenseCache {
-    config: Config,
+    /// `G`, `C`, `W`, the pin: the contract's scalar state.
+    state: Residency,
     device: Device,
     dtype: DType,
-    /// `C`: the slots of `k` and `v`.
-    capacity: usize,
-    /// `W`: follows `C` under growth only while it was equal to it.
-    window: usize,
-    /// `G`.
-    global_end: u64,
-    /// The pinned positions, if any (SPEC.md §5).
-    pin: Option<Range<u64>>,
     /// Position → slot (see the module docs).
     slots: SlotMap,
     /// Keys, `[B, C, H, D]`, contiguous.
     k: Tensor,
     /// Values, `[B, C, H, D]`, contiguous.
     v: Tensor,
-}
-
-/// The plan of a write that passed every check: what to do, in order.
-struct WritePlan {
-    start: u64,
-    end: u64,
-    heads: Range<usize>,
-    /// The capacity to grow to, if any.
-    grow_to: Option<usize>,
-    /// Positions to evict, ascending.
-    victims: Vec<Range<u64>>,
-    /// Visible positions after the write, ascending.
-    visible: Vec<Range<u64>>,
 }
 
 impl DenseCache {
@@ -109,38 +92,26 @@ impl DenseCache {
     /// allocation (at most 2^31 elements per buffer), but that much memory
     /// must still be available: candle aborts on a failed CPU allocation.
     pub fn new(config: &Config, device: &Device) -> Result<DenseCache> {
-        config.validate()?;
-        if config.variant != kvmodel::Variant::Dense {
-            return Err(CacheError::InvalidConfig {
-                field: "variant",
-                reason: "must be \"dense\" for DenseCache".to_string(),
-            }
-            .into());
-        }
-        let dtype = candle_dtype(config.dtype);
-        let shape = (config.batch, config.capacity, config.heads, config.head_dim);
+        let state = Residency::new(config, "DenseCache")?;
+        let (k, v) = state.zeroed_buffers(config.capacity, device)?;
         Ok(DenseCache {
-            config: config.clone(),
+            dtype: state.dtype(),
+            state,
             device: device.clone(),
-            dtype,
-            capacity: config.capacity,
-            window: config.effective_window(),
-            global_end: 0,
-            pin: None,
             slots: SlotMap::default(),
-            k: Tensor::zeros(shape, dtype, device)?,
-            v: Tensor::zeros(shape, dtype, device)?,
+            k,
+            v,
         })
     }
 
     /// The current window `W`.
     pub fn window(&self) -> usize {
-        self.window
+        self.state.window
     }
 
     /// The pinned positions, if any.
     pub fn pin_range(&self) -> Option<Range<u64>> {
-        self.pin.clone()
+        self.state.pin.clone()
     }
 
     /// The device the buffers live on.
@@ -148,211 +119,27 @@ impl DenseCache {
         &self.device
     }
 
-    /// SPEC.md §2: the protected ranges (not yet intersected with `R`),
-    /// ascending and disjoint.
-    fn protected_ranges(&self) -> Vec<Range<u64>> {
-        match &self.pin {
-            None => std::iter::once(0..self.config.sink as u64).collect(),
-            Some(pin) => normalize(vec![0..self.config.global_sink as u64, pin.clone()]),
-        }
-    }
-
-    /// The `k` smallest evictable positions outside `exclude`, as ascending
-    /// ranges, or `Err(available)` when there are fewer.
-    fn victims(&self, k: u64, exclude: Range<u64>) -> std::result::Result<Vec<Range<u64>>, u64> {
-        let mut holes = self.protected_ranges();
-        holes.push(exclude);
-        let holes = normalize(holes);
-        let mut victims = Vec::new();
-        let mut taken = 0u64;
-        for run in self.slots.runs() {
-            if taken == k {
-                break;
-            }
-            let positions = run.position..run.position + run.len as u64;
-            for piece in subtract(positions, &holes) {
-                let take = (piece.end - piece.start).min(k - taken);
-                if take == 0 {
-                    break;
-                }
-                victims.push(piece.start..piece.start + take);
-                taken += take;
-            }
-        }
-        if taken < k {
-            return Err(taken);
-        }
-        Ok(victims)
-    }
-
-    /// SPEC.md §4 on the state given by `slots` and the current pin: the
-    /// visible positions as ascending ranges. `recent` is `(s, r)`.
-    fn visible(
-        &self,
-        slots: &SlotMap,
-        window: usize,
-        recent: Option<(u64, u64)>,
-    ) -> Vec<Range<u64>> {
-        let holes = self.protected_ranges();
-        let mut protected = Vec::new();
-        let mut others = Vec::new();
-        for run in slots.runs() {
-            let positions = run.position..run.position + run.len as u64;
-            protected.extend(intersect(positions.clone(), &holes));
-            others.extend(subtract(positions, &holes));
-        }
-        let shown: Vec<Range<u64>> = match recent {
-            None => {
-                let mut keep = (window as u64).saturating_sub(count(&protected));
-                let mut shown = Vec::new();
-                for piece in others.iter().rev() {
-                    if keep == 0 {
-                        break;
-                    }
-                    let take = (piece.end - piece.start).min(keep);
-                    shown.push(piece.end - take..piece.end);
-                    keep -= take;
-                }
-                shown
-            }
-            Some((s, r)) => {
-                let from = s.saturating_sub(r);
-                others
-                    .iter()
-                    .filter(|p| p.end > from)
-                    .map(|p| p.start.max(from)..p.end)
-                    .collect()
-            }
-        };
-        protected.extend(shown);
-        normalize(protected)
-    }
-
-    /// Runs SPEC.md §3 write checks 5–8 on the slot map only.
-    fn plan_write(
-        &self,
-        s: u64,
-        n: u64,
-        heads: Range<usize>,
-        recent: Option<u64>,
-    ) -> Result<WritePlan, CacheError> {
-        let end = s + n;
-        // 5. A gap would leave unwritten positions visible.
-        if s > self.global_end {
-            return Err(CacheError::NonSequential {
-                start: s,
-                global_end: self.global_end,
-            });
-        }
-        // 6. Rewritten positions must still be resident.
-        if let Some(position) = self.slots.first_missing(s..end.min(self.global_end)) {
-            return Err(CacheError::Evicted {
-                start: s,
-                end,
-                position,
-                resident: format_ranges(self.slots.positions()),
-            });
-        }
-        // 7. Make room: grow, or evict the oldest evictable positions outside the write.
-        let new_from = s.max(self.global_end);
-        // A rewrite that ends below `G` adds nothing (`new_from > end`).
-        let total = self.slots.resident() as u64 + end.saturating_sub(new_from);
-        let mut grow_to = None;
-        let mut window = self.window;
-        let mut victims = Vec::new();
-        if total > self.capacity as u64 {
-            let protected_outside = {
-                let mut holes = self.protected_ranges();
-                holes.retain(|h| h.start < h.end);
-                let mut c = 0u64;
-                for run in self.slots.runs() {
-                    let positions = run.position..run.position + run.len as u64;
-                    for piece in intersect(positions, &holes) {
-                        c += count(
-                            &subtract(piece, std::slice::from_ref(&(s..end))).collect::<Vec<_>>(),
-                        );
-                    }
-                }
-                c as usize
-            };
-            let too_large = |capacity: usize| {
-                CacheError::chunk_too_large(s, end, total, capacity, protected_outside)
-            };
-            if self.config.growth {
-                let max = self.config.max_capacity();
-                if total > max as u64 {
-                    return Err(too_large(max));
-                }
-                let grown = (total as usize)
-                    .max(self.capacity.saturating_mul(2))
-                    .min(max);
-                if window == self.capacity {
-                    window = grown;
-                }
-                grow_to = Some(grown);
-            } else {
-                victims = self
-                    .victims(total - self.capacity as u64, s..end)
-                    .map_err(|_| too_large(self.capacity))?;
-            }
-        }
-        // 8. The chunk must see itself: compute the view on the new state.
-        let mut next = self.slots.clone();
-        next.remove(&victims);
-        next.push(new_from..end.max(new_from));
-        let visible = self.visible(&next, window, recent.map(|r| (s, r)));
-        let mut covered = s;
-        for piece in intersect(s..end, &visible) {
-            if piece.start != covered {
-                break;
-            }
-            covered = piece.end;
-        }
-        if covered < end {
-            return Err(CacheError::WindowTooSmall {
-                start: s,
-                end,
-                position: covered,
-                window,
-                protected: count(&self.visible_protected(&next)) as usize,
-            });
-        }
-        Ok(WritePlan {
-            start: s,
-            end,
-            heads,
-            grow_to,
-            victims,
-            visible,
-        })
-    }
-
-    /// The protected resident positions of `slots`.
-    fn visible_protected(&self, slots: &SlotMap) -> Vec<Range<u64>> {
-        let holes = self.protected_ranges();
-        slots
+    /// The resident positions, ascending.
+    fn resident(&self) -> Vec<Range<u64>> {
+        self.slots
             .runs()
             .iter()
-            .flat_map(|run| {
-                intersect(run.position..run.position + run.len as u64, &holes).collect::<Vec<_>>()
-            })
+            .map(|run| run.position..run.position + run.len as u64)
             .collect()
     }
 
     /// Replaces the buffers by zeroed `[B, capacity, H, D]` ones holding the
     /// resident rows in the same slots. Allocates before it changes anything.
     fn grow(&mut self, capacity: usize, window: usize) -> Result<()> {
-        let c = &self.config;
-        let shape = (c.batch, capacity, c.heads, c.head_dim);
-        let k = Tensor::zeros(shape, self.dtype, &self.device)?;
-        let v = Tensor::zeros(shape, self.dtype, &self.device)?;
+        let (k, v) = self.state.zeroed_buffers(capacity, &self.device)?;
+        let c = &self.state.config;
         let copy = CopyBlock {
             batch: c.batch,
             len: self.slots.resident(),
             head_count: c.heads,
             head_dim: c.head_dim,
             src: Place {
-                slots: self.capacity,
+                slots: self.state.capacity,
                 heads: c.heads,
                 slot: 0,
                 head: 0,
@@ -368,8 +155,8 @@ impl DenseCache {
         v.inplace_op2(&self.v, &copy)?;
         self.k = k;
         self.v = v;
-        self.capacity = capacity;
-        self.window = window;
+        self.state.capacity = capacity;
+        self.state.window = window;
         Ok(())
     }
 
@@ -382,9 +169,9 @@ impl DenseCache {
         let moves = next.remove(victims);
         if !moves.is_empty() {
             let shift = ShiftRows {
-                batch: self.config.batch,
-                slots: self.capacity,
-                row: self.config.heads * self.config.head_dim,
+                batch: self.state.config.batch,
+                slots: self.state.capacity,
+                row: self.state.config.heads * self.state.config.head_dim,
                 moves: &moves,
             };
             self.k.inplace_op1(&shift)?;
@@ -394,103 +181,71 @@ impl DenseCache {
         Ok(())
     }
 
-    /// The view of `visible` (ascending position ranges, all resident) for
-    /// `heads`: a zero-copy `narrow` when the rows form one slot range,
-    /// otherwise one `cat` of the narrowed slot runs.
-    fn make_view(&self, visible: &[Range<u64>], heads: Range<usize>) -> Result<View<'_>> {
+    /// The segments of `visible` (ascending position ranges, all
+    /// resident) for `heads`: one zero-copy `narrow` per slot run (one run
+    /// in the steady rolling state: the sink followed by the tail).
+    fn segments(&self, visible: &[Range<u64>], heads: Range<usize>) -> Result<SegmentedView<'_>> {
         let positions: Vec<u64> = visible.iter().flat_map(|r| r.clone()).collect();
-        let runs = self.slots.slot_ranges(visible);
-        let select = |buffer: &Tensor| -> Result<Tensor> {
-            let buffer = if heads.len() == self.config.heads {
-                buffer.clone()
-            } else {
-                buffer.narrow(2, heads.start, heads.len())?
-            };
-            Ok(match runs.as_slice() {
-                [] => buffer.narrow(1, 0, 0)?,
-                [only] => buffer.narrow(1, only.start, only.len())?,
-                many => {
-                    let parts = many
-                        .iter()
-                        .map(|r| buffer.narrow(1, r.start, r.len()))
-                        .collect::<candle_core::Result<Vec<_>>>()?;
-                    Tensor::cat(&parts, 1)?
-                }
-            })
-        };
-        let (k, v) = (select(&self.k)?, select(&self.v)?);
-        Ok(View::new(self.global_end, positions, k, v, runs.len() <= 1))
+        let runs: Vec<(usize, usize)> = self
+            .slots
+            .slot_ranges(visible)
+            .into_iter()
+            .map(|r| (r.start, r.len()))
+            .collect();
+        buffer_view(
+            [&self.k, &self.v],
+            &runs,
+            heads,
+            self.state.global_end,
+            positions,
+        )
     }
 }
 
 impl KvCache for DenseCache {
     fn config(&self) -> &Config {
-        &self.config
+        &self.state.config
     }
 
     fn global_end(&self) -> u64 {
-        self.global_end
+        self.state.global_end
     }
 
     fn capacity(&self) -> usize {
-        self.capacity
+        self.state.capacity
     }
 
     /// SPEC.md §3 `write`: checks 1–8 in order, then the payload (shape,
     /// dtype, device), then the commit: grow or evict-shift, zero the fresh
     /// rows of a head-range write, copy the payload block in place.
-    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
-        // 1–3. Arguments (shared with the model: they read no state).
-        let checked = request.check_arguments(self.config.heads)?;
-        let (s, n, recent, head_range) = (
-            checked.start,
-            checked.len,
-            checked.recent_window,
-            checked.heads,
-        );
-        // 4. does not apply to the dense variant. 5–8:
-        let plan = self.plan_write(s, n, head_range, recent)?;
-        // The plan fits the (possibly grown) capacity, so `n` fits a usize.
-        let len = (plan.end - plan.start) as usize;
-        let c = &self.config;
-        let expected = [c.batch, len, plan.heads.len(), c.head_dim];
-        check_payload("k", k, expected, self.dtype)?;
-        check_payload("v", v, expected, self.dtype)?;
-        for payload in [k, v] {
-            if !payload.device().same_device(&self.device) {
-                return Err(Error::Backend(candle_core::Error::DeviceMismatchBinaryOp {
-                    lhs: self.device.location(),
-                    rhs: payload.device().location(),
-                    op: "kvcache write",
-                }));
-            }
-        }
-        // Make the payload contiguous before any byte of the cache moves (a
-        // no-op clone of the handle when it already is).
-        let (k, v) = (k.contiguous()?, v.contiguous()?);
+    fn write_segments(
+        &mut self,
+        request: &Write,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<SegmentedView<'_>> {
+        let plan = self.state.plan_write(&self.resident(), request)?;
+        let (k, v) = self
+            .state
+            .check_payloads(&plan, self.dtype, &self.device, k, v)?;
+        let len = plan.len();
         // Commit.
-        if let Some(capacity) = plan.grow_to {
-            let window = if self.window == self.capacity {
-                capacity
-            } else {
-                self.window
-            };
+        if let Some((capacity, window)) = plan.grow_to {
             self.grow(capacity, window)?;
         }
         self.evict_positions(&plan.victims)?;
-        let new_from = plan.start.max(self.global_end);
-        self.slots.push(new_from..plan.end.max(new_from));
+        self.slots.push(plan.fresh.clone());
         if len > 0 {
             let slot = self.slots.slot_of(plan.start).unwrap_or(0);
-            let c = &self.config;
+            let c = &self.state.config;
             let row = c.heads * c.head_dim;
-            let fresh = plan.end.saturating_sub(new_from) as usize;
+            let fresh = (plan.fresh.end - plan.fresh.start) as usize;
             if plan.heads.len() < c.heads && fresh > 0 {
                 // Fresh rows may hold stale data of rewound positions; heads
                 // outside the range are never written and must read zero.
                 let zero = ZeroRows {
                     batch: c.batch,
-                    slots: self.capacity,
+                    slots: self.state.capacity,
                     row,
                     slot: slot + len - fresh,
                     len: fresh,
@@ -510,7 +265,7 @@ impl KvCache for DenseCache {
                     head: 0,
                 },
                 dst: Place {
-                    slots: self.capacity,
+                    slots: self.state.capacity,
                     heads: c.heads,
                     slot,
                     head: plan.heads.start,
@@ -519,79 +274,41 @@ impl KvCache for DenseCache {
             self.k.inplace_op2(&k, &copy)?;
             self.v.inplace_op2(&v, &copy)?;
         }
-        self.global_end = self.global_end.max(plan.end);
-        self.make_view(&plan.visible, plan.heads)
+        self.state.global_end = self.state.global_end.max(plan.end);
+        self.segments(&plan.visible, plan.heads)
+    }
+
+    /// [`KvCache::write_segments`], concatenated: a zero-copy `narrow`
+    /// when the visible rows form one slot range, otherwise one `cat`.
+    fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
+        self.write_segments(request, k, v)?.into_view()
     }
 
     fn view(&self) -> Result<View<'_>> {
-        let visible = self.visible(&self.slots, self.window, None);
-        self.make_view(&visible, 0..self.config.heads)
+        self.view_segments()?.into_view()
+    }
+
+    fn view_segments(&self) -> Result<SegmentedView<'_>> {
+        let visible = self.state.current_view(&self.resident());
+        self.segments(&visible, 0..self.state.config.heads)
     }
 
     fn rewind(&mut self, to: i64) -> Result<u64> {
-        let to = non_negative("to", to)?;
-        if to > self.global_end {
-            return Err(CacheError::RewindAhead {
-                to,
-                global_end: self.global_end,
-            }
-            .into());
-        }
+        let to = self.state.check_rewind(to)?;
         self.slots.truncate(to);
-        self.global_end = to;
-        if self.pin.as_ref().is_some_and(|pin| pin.end > to) {
-            self.pin = None;
-        }
-        Ok(self.global_end)
+        self.state.commit_rewind(to);
+        Ok(to)
     }
 
     fn evict(&mut self, tokens: i64) -> Result<u64> {
-        let k = non_negative("tokens", tokens)?;
-        let victims = self
-            .victims(k, 0..0)
-            .map_err(|evictable| CacheError::EvictTooMany {
-                tokens: k,
-                evictable: evictable as usize,
-            })?;
+        let victims = self.state.plan_evict(&self.resident(), tokens)?;
         self.evict_positions(&victims)?;
-        Ok(self.global_end)
+        Ok(self.state.global_end)
     }
 
     fn pin(&mut self, tokens: i64) -> Result<u64> {
-        let n = non_negative("tokens", tokens)?;
-        if n == 0 {
-            self.pin = None;
-            return Ok(self.global_end);
-        }
-        let sink = self.config.sink as u64;
-        if sink == 0 {
-            return Err(CacheError::PinRange {
-                tokens: n,
-                detail: "needs a sink, but sink is 0".to_string(),
-            }
-            .into());
-        }
-        if n > self.global_end {
-            return Err(CacheError::PinRange {
-                tokens: n,
-                detail: format!("exceeds the global end {}", self.global_end),
-            }
-            .into());
-        }
-        let from = self.global_end - n;
-        let pin = from..from + sink.min(n);
-        if let Some(p) = self.slots.first_missing(pin.clone()) {
-            return Err(CacheError::PinRange {
-                tokens: n,
-                detail: format!(
-                    "would pin [{}, {}) but position {p} is not resident",
-                    pin.start, pin.end
-                ),
-            }
-            .into());
-        }
-        self.pin = Some(pin);
-        Ok(self.global_end)
+        let resident = self.resident();
+        Ok(self.state.pin(&resident, tokens)?)
     }
 
     /// Empties the slot map; the buffers keep their size (capacity and
@@ -599,23 +316,19 @@ impl KvCache for DenseCache {
     /// view can reach and every later write overwrites or zeroes.
     fn reset(&mut self) -> u64 {
         self.slots.clear();
-        self.global_end = 0;
-        self.pin = None;
+        self.state.reset();
         0
     }
 
     /// `2 · B · C · H · D · size_of(dtype)`: the allocated buffers.
     fn resident_bytes(&self) -> u64 {
-        let c = &self.config;
-        2 * (c.batch * c.heads * c.head_dim) as u64
-            * self.capacity as u64
-            * c.dtype.size_bytes() as u64
+        self.state.resident_bytes()
     }
 
     /// Slot `i < |R|` holds `Hot(position)`, the rest are `Free`.
     fn layout(&self) -> Layout {
         let mut slots: Vec<Slot> = self.slots.positions().map(Slot::Hot).collect();
-        slots.resize(self.capacity, Slot::Free);
+        slots.resize(self.state.capacity, Slot::Free);
         Layout { slots }
     }
 }

@@ -1,11 +1,16 @@
 //! Streaming attention KV caches on candle-core tensors.
 //!
-//! Two caches implement the contract of `SPEC.md` behind one trait,
+//! Three caches implement the contract of `SPEC.md` behind one trait,
 //! [`KvCache`]:
 //!
 //! - [`DenseCache`]: preallocated `[B, C, H, D]` K and V buffers, in-place
 //!   writes, in-place rolls, sinks, pins, growth and head ranges
 //!   (SPEC.md §2–§5).
+//! - [`RingCache`]: the same contract on the same buffers, but history
+//!   never moves: protected positions stay in their slots, the others form
+//!   a ring, an append writes only its own rows, and views are
+//!   [`SegmentedView`]s of zero-copy pieces, built from device-generic
+//!   candle ops only.
 //! - [`PackedCache`]: per-chunk storage whose cold chunks are kept as int8 /
 //!   int4 codes with one f32 scale per row (SPEC.md §6).
 //!
@@ -20,12 +25,19 @@ use std::marker::PhantomData;
 use candle_core::{DType, Tensor};
 use kvmodel::{CacheError, Config, Dtype, ErrorKind, Write};
 
+pub mod attention;
+mod contract;
 pub mod dense;
 pub mod packed;
 pub mod quant;
+mod ranges;
+pub mod ring;
+pub mod segments;
 
 pub use dense::DenseCache;
 pub use packed::PackedCache;
+pub use ring::RingCache;
+pub use segments::{Segment, SegmentedView, Segments};
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend
@@ -48,6 +60,13 @@ pub enum Error {
         expected_dtype: DType,
         /// The dtype given.
         actual_dtype: DType,
+    },
+    /// The destination of a view's materialization has the wrong shape,
+    /// dtype or device, or is not contiguous; it was not written.
+    #[error("destination: {reason}")]
+    Destination {
+        /// What the view needs and what was given.
+        reason: String,
     },
     /// The tensor backend failed (allocation, device error).
     #[error("tensor backend: {0}")]
@@ -127,6 +146,20 @@ pub enum Slot {
     Cold(u64),
 }
 
+/// Where a ring-laid-out cache ([`RingCache`]) stands: the slots its
+/// oldest and next rows go to and where its positions wrap around the
+/// buffer, for explanations and fingerprints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RingLayout {
+    /// Slot of the oldest evictable resident position, if any.
+    pub head: Option<usize>,
+    /// Slot the next append starts at (it skips occupied slots).
+    pub tail: usize,
+    /// The first resident position stored below its predecessor's slot:
+    /// where the ring wraps from the top of the buffer back to the bottom.
+    pub wrap: Option<u64>,
+}
+
 /// A cache's storage layout: its slots in storage order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
@@ -164,6 +197,26 @@ pub trait KvCache {
     fn resident_bytes(&self) -> u64;
     /// The storage layout, slot by slot.
     fn layout(&self) -> Layout;
+    /// [`KvCache::write`] returning the view as segments. The default makes
+    /// one segment of the contiguous view; caches whose visible rows are
+    /// scattered return zero-copy pieces instead of concatenating them.
+    fn write_segments(
+        &mut self,
+        request: &Write,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<SegmentedView<'_>> {
+        Ok(self.write(request, k, v)?.into())
+    }
+    /// [`KvCache::view`] as segments (default: one segment).
+    fn view_segments(&self) -> Result<SegmentedView<'_>> {
+        Ok(self.view()?.into())
+    }
+    /// The ring's head, tail and wrap point, for caches laid out as a ring
+    /// (default: none).
+    fn ring(&self) -> Option<RingLayout> {
+        None
+    }
 }
 
 /// The candle dtype of a contract dtype.

@@ -28,6 +28,10 @@ pub enum DivergenceKind {
     Shape,
     /// View rows with the wrong values.
     Values,
+    /// A view segment that claims to alias the cache's buffers does not
+    /// (another storage, another offset, slots holding other positions),
+    /// or a cache laid out as a ring copied a segment.
+    Aliasing,
     /// Different capacities (growth).
     Capacity,
     /// Different resident bytes (SPEC.md §6).
@@ -62,6 +66,7 @@ impl DivergenceKind {
             DivergenceKind::Visible => "visible",
             DivergenceKind::Shape => "shape",
             DivergenceKind::Values => "values",
+            DivergenceKind::Aliasing => "aliasing",
             DivergenceKind::Capacity => "capacity",
             DivergenceKind::ResidentBytes => "resident_bytes",
             DivergenceKind::Probe => "probe",
@@ -137,6 +142,9 @@ pub struct RowMismatch {
     pub expected: RowSource,
     /// What it holds.
     pub found: RowSource,
+    /// The storage slot the cache's layout gives for the position, when
+    /// the cache reports its layout.
+    pub slot: Option<usize>,
 }
 
 impl fmt::Display for RowMismatch {
@@ -149,7 +157,11 @@ impl fmt::Display for RowMismatch {
             f,
             "{kv} row {} (position {}, head {}, batch {}): holds {}, expected {}",
             self.row, self.position, self.head, self.batch, self.found, self.expected
-        )
+        )?;
+        match self.slot {
+            Some(slot) => write!(f, " in slot {slot}"),
+            None => Ok(()),
+        }
     }
 }
 

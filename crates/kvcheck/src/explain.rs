@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use candle_core::Device;
-use kvcache::Slot;
+use kvcache::{RingLayout, Slot};
 use kvmodel::{format_ranges, Op, Outcome};
 
 use crate::divergence::{describe_config, describe_outcome, Divergence};
@@ -105,6 +105,9 @@ pub struct StepView {
     pub written: Option<(u64, u64)>,
     /// The subject's slot layout after the step.
     pub slots: Vec<Slot>,
+    /// The ring's head, tail and wrap point, for a subject laid out as a
+    /// ring.
+    pub ring: Option<RingLayout>,
 }
 
 /// A trace walked in lockstep: the steps up to the end or the divergence.
@@ -241,6 +244,7 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
             visible,
             written,
             slots: run.cache().layout().slots.clone(),
+            ring: run.cache().ring(),
         });
         if let Err(d) = result {
             walk.divergence = Some(d);
@@ -264,6 +268,17 @@ fn strip(step: &StepView) -> String {
         }
     }
     out
+}
+
+/// A ring's state as text: `head slot 2, tail slot 5, wraps at position 8`.
+pub fn ring_line(ring: &RingLayout) -> String {
+    let head = ring
+        .head
+        .map_or("no evictable row".to_string(), |h| format!("head slot {h}"));
+    let wrap = ring
+        .wrap
+        .map_or("no wrap".to_string(), |p| format!("wraps at position {p}"));
+    format!("{head}, tail slot {}, {wrap}", ring.tail)
 }
 
 /// The slot layout as text: `[0 1 2c -]` (`c` cold, `-` free). A cache
@@ -314,6 +329,9 @@ pub fn render_text(walk: &Walk, colour: bool) -> String {
                     format_ranges(step.visible.iter().copied())
                 );
                 let _ = writeln!(out, "  slots   {}", layout_line(&step.slots));
+                if let Some(ring) = &step.ring {
+                    let _ = writeln!(out, "  ring    {}", ring_line(ring));
+                }
             }
             (None, None) => {}
             (None, Some(d)) => {
@@ -328,11 +346,12 @@ pub fn render_text(walk: &Walk, colour: bool) -> String {
                         "expected row (position, writer)"
                     );
                     for r in &d.rows {
+                        let slot = r.slot.map(|s| format!(" in slot {s}")).unwrap_or_default();
                         let _ = writeln!(
                             out,
                             "  {:<52} | {}",
                             format!(
-                                "{:?} pos {} head {}: {}",
+                                "{:?} pos {} head {}{slot}: {}",
                                 r.kv, r.position, r.head, r.expected
                             ),
                             r.found
@@ -340,6 +359,9 @@ pub fn render_text(walk: &Walk, colour: bool) -> String {
                     }
                 }
                 let _ = writeln!(out, "  slots   {}", layout_line(&step.slots));
+                if let Some(ring) = &step.ring {
+                    let _ = writeln!(out, "  ring    {}", ring_line(ring));
+                }
                 return out;
             }
         }

@@ -657,6 +657,9 @@ pub fn check_trace_load(data: &[u8]) -> Result<(), String> {
 pub enum Target {
     /// Structured dense cases through the lockstep driver.
     DenseLockstep,
+    /// Structured dense cases through the lockstep driver, on the
+    /// `RingCache` (`cache:ring`).
+    RingLockstep,
     /// Structured packed cases through the lockstep driver.
     PackedLockstep,
     /// The model alone against SPEC.md invariants.
@@ -667,8 +670,9 @@ pub enum Target {
 
 impl Target {
     /// Every target.
-    pub const ALL: [Target; 4] = [
+    pub const ALL: [Target; 5] = [
         Target::DenseLockstep,
+        Target::RingLockstep,
         Target::PackedLockstep,
         Target::ModelInvariants,
         Target::TraceLoad,
@@ -678,6 +682,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::DenseLockstep => "dense_lockstep",
+            Target::RingLockstep => "ring_lockstep",
             Target::PackedLockstep => "packed_lockstep",
             Target::ModelInvariants => "model_invariants",
             Target::TraceLoad => "trace_load",
@@ -693,6 +698,10 @@ impl Target {
     pub fn check(self, data: &[u8]) -> Result<(), String> {
         match self {
             Target::DenseLockstep => check_lockstep(&FuzzCase::from_bytes(Variant::Dense, data)),
+            Target::RingLockstep => check_lockstep_on(
+                &FuzzCase::from_bytes(Variant::Dense, data),
+                &SubjectSpec::Ring,
+            ),
             Target::PackedLockstep => check_lockstep(&FuzzCase::from_bytes(Variant::Packed, data)),
             Target::ModelInvariants => check_model_invariants(&FuzzCase::from_model_bytes(data)),
             Target::TraceLoad => check_trace_load(data),
@@ -703,7 +712,9 @@ impl Target {
     /// decoded case with `expect` from the model for the others.
     pub fn to_trace(self, data: &[u8]) -> Result<Trace, String> {
         match self {
-            Target::DenseLockstep => Ok(FuzzCase::from_bytes(Variant::Dense, data).to_trace()),
+            Target::DenseLockstep | Target::RingLockstep => {
+                Ok(FuzzCase::from_bytes(Variant::Dense, data).to_trace())
+            }
             Target::PackedLockstep => Ok(FuzzCase::from_bytes(Variant::Packed, data).to_trace()),
             Target::ModelInvariants => Ok(FuzzCase::from_model_bytes(data).to_trace()),
             Target::TraceLoad => {

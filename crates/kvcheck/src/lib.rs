@@ -43,6 +43,7 @@ pub mod minimize;
 pub mod payload;
 pub mod replay;
 pub mod scale;
+mod segments;
 pub mod strategy;
 pub mod subject;
 pub mod suite;

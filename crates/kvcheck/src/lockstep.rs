@@ -5,7 +5,12 @@
 //! every op the driver compares the outcome kind, the global end, the
 //! capacity and resident bytes, and for writes the visible positions and
 //! the view tensors, bit for bit, against the values the model's writers
-//! imply (see [`crate::payload`]). After every refused op a read-only probe
+//! imply (see [`crate::payload`]). Views are taken as segments
+//! ([`KvCache::write_segments`]): their concatenation is what is compared,
+//! and every segment that claims to alias the cache's buffers must be a
+//! `narrow` of one buffer at the slots the cache's layout gives for its
+//! positions (a cache laid out as a ring must not copy at all); a false
+//! claim is an `aliasing` divergence. After every refused op a read-only probe
 //! proves that nothing changed. A disagreement is returned as a
 //! [`Divergence`] value; the driver never panics on a cache's behaviour.
 //!
@@ -20,7 +25,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use kvcache::{KvCache, View};
+use kvcache::{KvCache, SegmentedView, Slot, View};
 use kvmodel::{CacheError, Config, Effect, Model, Op, Outcome, Variant, Write};
 
 use crate::coverage::Coverage;
@@ -28,6 +33,7 @@ use crate::divergence::{
     decode_row, describe_outcome, Divergence, DivergenceKind, RowMismatch, RowSource,
 };
 use crate::payload::{expected_view, tensor_values, write_tensor, Kv, RowId};
+use crate::segments::{check_claims, materialize, Claim};
 use crate::subject::{open_cache, Capabilities, OpLink, SubjectFailure, SubjectSpec, Unsupported};
 use crate::trace::Trace;
 
@@ -264,7 +270,8 @@ impl Lockstep {
                 ))
             }
         };
-        let actual = self.cache.write(w, &k, &v);
+        let ring = self.cache.ring().is_some();
+        let actual = self.cache.write_segments(w, &k, &v);
         let (view, effect) = match (actual, expected) {
             (Ok(view), Outcome::Ok(effect)) => (view, effect.clone()),
             (actual, expected) => {
@@ -279,14 +286,46 @@ impl Lockstep {
             0..config.heads
         };
         let values = self.capabilities.values;
-        let failure = check_view(&self.model, &self.ops, &view, &effect, reported, values);
+        let checked = check_segmented(
+            &self.model,
+            &self.ops,
+            &self.device,
+            &view,
+            &effect,
+            reported,
+            values,
+            ring,
+        );
         drop(view);
-        match failure {
+        match self.check_layout(checked) {
             None => Ok(()),
             Some((kind, actual, rows)) => {
                 let mut d = self.divergence(index, kind, describe_outcome(expected), actual);
                 d.rows = rows;
                 Err(d)
+            }
+        }
+    }
+
+    /// Completes a segmented view's check once its borrow of the cache has
+    /// ended: aliasing claims against the layout, and the slot of each
+    /// wrong row (for subjects that report their layout).
+    fn check_layout(&self, checked: SegmentedCheck) -> Option<ViewFailure> {
+        let layout = self.capabilities.internals.then(|| self.cache.layout());
+        match (checked, layout) {
+            (Ok(_), None) => None,
+            (Ok((claims, positions)), Some(layout)) => check_claims(&claims, &positions, &layout)
+                .err()
+                .map(|(kind, actual)| (kind, actual, Vec::new())),
+            (Err((kind, actual, mut rows)), layout) => {
+                if let Some(layout) = layout {
+                    for row in &mut rows {
+                        row.slot = layout.slots.iter().position(|s| {
+                            *s == Slot::Hot(row.position) || *s == Slot::Cold(row.position)
+                        });
+                    }
+                }
+                Some((kind, actual, rows))
             }
         }
     }
@@ -441,18 +480,32 @@ impl Lockstep {
                 ))
             }
         };
+        let ring = self.cache.ring().is_some();
         let viewed = match config.variant {
             Variant::Dense => {
                 let probe = Write::new(self.model.global_end() as i64, 0);
-                self.cache.write(&probe, &empty, &empty)
+                self.cache.write_segments(&probe, &empty, &empty)
             }
-            Variant::Packed if self.capabilities.view => self.cache.view(),
+            Variant::Packed if self.capabilities.view => self.cache.view_segments(),
             // Nothing to probe a packed subject with.
             Variant::Packed => return Ok(()),
         };
         let values = self.capabilities.values;
         let failure = match viewed {
-            Ok(view) => check_view(&self.model, &self.ops, &view, &effect, all_heads, values),
+            Ok(view) => {
+                let checked = check_segmented(
+                    &self.model,
+                    &self.ops,
+                    &self.device,
+                    &view,
+                    &effect,
+                    all_heads,
+                    values,
+                    ring,
+                );
+                drop(view);
+                self.check_layout(checked)
+            }
             Err(e) if SubjectFailure::of(&e).is_some_and(SubjectFailure::is_misbehaviour) => {
                 let failure = SubjectFailure::of(&e).expect("checked");
                 return self
@@ -511,6 +564,49 @@ pub fn valid_heads(w: &Write, heads: usize) -> Option<Range<usize>> {
 }
 
 type ViewFailure = (DivergenceKind, String, Vec<RowMismatch>);
+
+/// A segmented view's check before the layout is consulted: its aliasing
+/// claims and positions, or what failed.
+type SegmentedCheck = Result<(Vec<Claim>, Vec<u64>), ViewFailure>;
+
+/// Checks a segmented view: segment shapes and storage, then the
+/// concatenation against the model's expectation like [`check_view`].
+/// `ring` demands zero-copy segments.
+#[allow(clippy::too_many_arguments)]
+fn check_segmented(
+    model: &Model,
+    ops: &[Op],
+    device: &Device,
+    view: &SegmentedView<'_>,
+    effect: &Effect,
+    heads: Range<usize>,
+    values: bool,
+    ring: bool,
+) -> SegmentedCheck {
+    let positions = view.positions.clone();
+    // Global end and positions first: the shapes follow from them.
+    let empty = Tensor::zeros(0, candle_core::DType::F32, device)
+        .map_err(|e| (DivergenceKind::Backend, e.to_string(), Vec::new()))?;
+    let plain = View::new(
+        view.global_end,
+        positions.clone(),
+        empty.clone(),
+        empty,
+        false,
+    );
+    if let Some(failure) = check_view(model, ops, &plain, effect, heads.clone(), false) {
+        return Err(failure);
+    }
+    if !values {
+        return Ok((Vec::new(), positions));
+    }
+    let materialized = materialize(view, model.config(), heads.clone(), device, ring)
+        .map_err(|(kind, actual)| (kind, actual, Vec::new()))?;
+    match check_view(model, ops, &materialized.view, effect, heads, true) {
+        Some(failure) => Err(failure),
+        None => Ok((materialized.claims, positions)),
+    }
+}
 
 /// Rows listed at most in a report.
 const REPORTED_ROWS: usize = 6;
@@ -607,6 +703,7 @@ fn check_view(
                     batch,
                     expected: expected_source,
                     found: decode_row(config, ops, kv, batch, a),
+                    slot: None,
                 });
             }
         }

@@ -13,7 +13,7 @@
 //! | `KVCHECK_CASES` | 256 | op sequences per suite |
 //! | `KVCHECK_MAX_OPS` | 40 | longest op sequence |
 //! | `KVCHECK_SEED` | fixed per suite | proptest seed; set it to explore other sequences |
-//! | `KVCHECK_SUBJECT` | `cache` | the subject: `cache`, `reference`, `fault:NAME` or `exec:COMMAND ARGS` |
+//! | `KVCHECK_SUBJECT` | `cache` | the subject: `cache`, `cache:ring`, `reference`, `fault:NAME` or `exec:COMMAND ARGS` |
 //! | `KVCHECK_SUBJECT_TIMEOUT` | 10 | seconds an `exec:` subject has per response |
 //! | `KVCHECK_EXACT_KINDS` | unset | `1`: an `exec:` subject's error kinds must match the model's |
 //!

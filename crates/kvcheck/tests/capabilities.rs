@@ -185,3 +185,22 @@ fn the_driver_does_not_send_an_unsupported_op_or_open_an_unsupported_config() {
     let d = run.step(&Op::write(2, 1, None, Some(1))).unwrap_err();
     assert!(d.actual.contains("recent window"), "{d}");
 }
+
+#[test]
+fn the_ring_subject_parses_names_and_displays_itself() {
+    let ring = SubjectSpec::parse("cache:ring").unwrap();
+    assert_eq!(ring, SubjectSpec::Ring);
+    assert_eq!(ring.name(&Config::dense(4)), "ring");
+    assert_eq!(ring.to_string(), "cache:ring");
+    for text in ["cache", "cache:ring", "reference", "fault:stale-rewrite"] {
+        let spec = SubjectSpec::parse(text).unwrap();
+        assert_eq!(spec.to_string(), text);
+        assert_eq!(SubjectSpec::parse(&spec.to_string()).unwrap(), spec);
+    }
+    let caps = ring.capabilities().unwrap();
+    assert!(caps.supports_config(&Config::dense(4)).is_ok());
+    let err = caps.supports_config(&Config::packed(4)).unwrap_err();
+    assert_eq!(err.what, "variant packed");
+    assert!(!caps.has(kvcheck::subject::Feature::Quant));
+    assert!(caps.has(kvcheck::subject::Feature::Growth));
+}

@@ -30,6 +30,7 @@ fn explain_shows_strip_view_slots_and_the_decoded_divergence() {
         text.contains("op 1 at position 0 head 0") && text.contains("| op 0 at position 0 head 0"),
         "{text}"
     );
+    assert!(text.contains("pos 0 head 0 in slot 0: "), "{text}");
     assert!(!text.contains('\x1b'), "no colour off a TTY");
 }
 
@@ -104,4 +105,31 @@ fn explain_html_escapes_text() {
     assert!(!html.contains("<script>"), "{html}");
     assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"));
     assert!(html.contains("no divergence"), "{html}");
+}
+
+/// On the ring cache every step shows the ring: head, tail and where the
+/// positions wrap around the buffer.
+#[test]
+fn explain_shows_the_ring_head_tail_and_wrap() {
+    let mut config = Config::dense(6);
+    config.sink = 1;
+    let w = |s, n| Op::Write(Write::new(s, n));
+    let trace = Trace::new(config, vec![w(0, 4), w(4, 2), w(6, 2)]);
+    let (text, divergence) = explain(&trace, SubjectSpec::Ring, false).unwrap();
+    assert!(divergence.is_none(), "{text}");
+    // [0, 6) fills slots 0..6; [6, 8) evicts 1 and 2 and takes their slots.
+    assert!(text.contains("slots   [0 6 7 3 4 5]"), "{text}");
+    assert!(
+        text.contains("ring    head slot 3, tail slot 3, wraps at position 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ring    head slot 1, tail slot 0, no wrap"),
+        "{text}"
+    );
+    let html = render_html(&walk(&trace, SubjectSpec::Ring).unwrap());
+    assert!(
+        html.contains("head slot 3, tail slot 3, wraps at position 6"),
+        "{html}"
+    );
 }

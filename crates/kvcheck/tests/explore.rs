@@ -107,3 +107,22 @@ fn grid_slice_passes_and_reaches_every_sometimes_event() {
         started.elapsed()
     );
 }
+
+/// The ring's slice of the grid: every dense config up to capacity 3,
+/// depth 3, no discovery (the fingerprints include the ring's layout, so
+/// rotations of the ring are explored as states of their own).
+#[test]
+fn grid_slice_passes_on_the_ring_cache() {
+    let configs: Vec<Config> = grid::configs(3, None)
+        .into_iter()
+        .filter(|c| c.variant == kvcheck::Variant::Dense)
+        .collect();
+    assert!(configs.len() > 4);
+    for config in &configs {
+        let report = Explorer::new(config, SubjectSpec::Ring)
+            .depth(3)
+            .alphabet(Alphabet::Small)
+            .assert_no_discovery();
+        assert_eq!(report.depth_completed, 3);
+    }
+}

@@ -9,6 +9,8 @@
 
 use std::ops::Range;
 
+use crate::ranges::{intersect, subtract};
+
 /// Consecutive positions `[position, position + len)` stored in consecutive
 /// slots `[slot, slot + len)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,23 +55,6 @@ impl SlotMap {
     /// The runs, ascending.
     pub fn runs(&self) -> &[Run] {
         &self.runs
-    }
-
-    /// The first position of `range` that is not resident, if any.
-    pub fn first_missing(&self, range: Range<u64>) -> Option<u64> {
-        let mut next = range.start;
-        // Runs are sorted; skip those entirely below `next`.
-        let from = self.runs.partition_point(|r| r.positions().end <= next);
-        for run in &self.runs[from..] {
-            if next >= range.end {
-                return None;
-            }
-            if run.position > next {
-                return Some(next);
-            }
-            next = run.positions().end;
-        }
-        (next < range.end).then_some(next)
     }
 
     /// The slot holding `position`.
@@ -182,88 +167,9 @@ impl SlotMap {
     }
 }
 
-/// `range` minus `holes` (ascending, disjoint): the pieces left, ascending.
-pub(crate) fn subtract(
-    range: Range<u64>,
-    holes: &[Range<u64>],
-) -> impl Iterator<Item = Range<u64>> + '_ {
-    let mut next = range.start;
-    let mut holes = holes.iter();
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        for hole in holes.by_ref() {
-            if hole.end <= next || hole.start >= hole.end {
-                continue;
-            }
-            if hole.start >= range.end {
-                break;
-            }
-            let piece = next..hole.start.max(next);
-            next = hole.end;
-            if piece.start < piece.end {
-                return Some(piece);
-            }
-            if next >= range.end {
-                done = true;
-                return None;
-            }
-        }
-        done = true;
-        (next < range.end).then_some(next..range.end)
-    })
-}
-
-/// `range` intersected with `sets` (ascending, disjoint): ascending pieces.
-pub(crate) fn intersect<'a>(
-    range: Range<u64>,
-    sets: &'a [Range<u64>],
-) -> impl Iterator<Item = Range<u64>> + 'a {
-    let from = sets.partition_point(|s| s.end <= range.start);
-    sets[from..]
-        .iter()
-        .take_while(move |s| s.start < range.end)
-        .map(move |s| s.start.max(range.start)..s.end.min(range.end))
-        .filter(|p| p.start < p.end)
-}
-
-/// Sorts and merges ranges into ascending, disjoint, non-empty ones.
-pub(crate) fn normalize(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
-    ranges.retain(|r| r.start < r.end);
-    ranges.sort_by_key(|r| r.start);
-    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if last.end >= r.start => last.end = last.end.max(r.end),
-            _ => out.push(r),
-        }
-    }
-    out
-}
-
-/// Total length of ranges.
-pub(crate) fn count(ranges: &[Range<u64>]) -> u64 {
-    ranges.iter().map(|r| r.end - r.start).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subtract_leaves_the_gaps() {
-        let holes = [2..4, 6..7, 20..30];
-        let pieces: Vec<_> = subtract(0..10, &holes).collect();
-        assert_eq!(pieces, vec![0..2, 4..6, 7..10]);
-        let pieces: Vec<_> = subtract(3..6, &holes).collect();
-        assert_eq!(pieces, vec![4..6]);
-        let pieces: Vec<_> = subtract(2..4, &holes).collect();
-        assert!(pieces.is_empty());
-        let pieces: Vec<_> = subtract(0..5, &[]).collect();
-        assert_eq!(pieces, vec![0..5]);
-    }
 
     #[test]
     fn remove_compacts_with_ordered_moves() {
@@ -290,7 +196,6 @@ mod tests {
             vec![0, 1, 4, 5, 7, 8, 9]
         );
         assert_eq!(map.slot_of(7), Some(4));
-        assert_eq!(map.first_missing(4..8), Some(6));
         map.truncate(5);
         assert_eq!(map.resident(), 3);
         assert_eq!(map.slot_ranges(&[0..1, 4..5]), vec![0..1, 2..3]);

@@ -118,7 +118,8 @@ pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, ExitC
 #[derive(clap::Args, Debug, Clone)]
 pub struct SubjectArgs {
     /// What to check against the model: `cache` (the shipped cache for the
-    /// trace's variant), `reference` (the naive cache), `fault:NAME`, or
+    /// trace's variant), `cache:ring` (the shipped RingCache, dense traces),
+    /// `reference` (the naive cache), `fault:NAME`, or
     /// `exec:'COMMAND ARGS'` (a process speaking kvcheck-subject/1, see
     /// docs/subject-protocol.md).
     #[arg(long, default_value = "cache")]

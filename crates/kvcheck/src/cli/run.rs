@@ -190,6 +190,8 @@ pub fn run(args: Args) -> ExitCode {
                     name: p.name.to_string(),
                     cache: if p.name == "packed" {
                         "packed"
+                    } else if subject == SubjectSpec::Ring {
+                        "ring"
                     } else {
                         "dense"
                     }

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use kvmodel::format_ranges;
 
-use super::{layout_line, Cell, CellState, StepView, Walk};
+use super::{layout_line, ring_line, Cell, CellState, StepView, Walk};
 use crate::divergence::{describe_outcome, Divergence};
 use crate::payload::Kv;
 
@@ -191,9 +191,12 @@ fn row(out: &mut String, step: &StepView, width: u64, walk: &Walk) {
     }
     let _ = writeln!(
         out,
-        "<td class=\"slots\" title=\"view {}\">{}</td></tr>",
+        "<td class=\"slots\" title=\"view {}\">{}{}</td></tr>",
         escape(&format_ranges(step.visible.iter().copied())),
-        escape(&layout_line(&step.slots))
+        escape(&layout_line(&step.slots)),
+        step.ring
+            .map(|ring| format!("<br>{}", escape(&ring_line(&ring))))
+            .unwrap_or_default()
     );
     if let (true, Some(d)) = (diverged, walk.divergence.as_deref()) {
         detail(out, d, width);

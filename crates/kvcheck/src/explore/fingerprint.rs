@@ -10,15 +10,17 @@
 //!   never matter for the future, only which rows share a writer (that
 //!   decides which values a later view must show), so two paths that differ
 //!   only in *when* something was written are one state.
-//! - cache: [`KvCache::layout`], slot by slot, so that two states equal in
-//!   the model but laid out differently inside the cache (a ring rotated
-//!   differently, a chunk cold in another slot) are explored separately.
+//! - cache: [`KvCache::layout`], slot by slot, and a ring's head, tail and
+//!   wrap point ([`KvCache::ring`]), so that two states equal in the model
+//!   but laid out differently inside the cache (a ring rotated differently,
+//!   a chunk cold in another slot) are explored separately.
 //!
 //! The hash is 64-bit SipHash (std's `DefaultHasher`, fixed keys), like
 //! stateright's fingerprints: a collision could merge two states, at odds
 //! of about n²/2⁶⁵ for n states.
 //!
 //! [`KvCache::layout`]: kvcache::KvCache::layout
+//! [`KvCache::ring`]: kvcache::KvCache::ring
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -32,6 +34,7 @@ pub fn fingerprint(model: &Model, cache: &dyn KvCache) -> u64 {
     let mut h = DefaultHasher::new();
     hash_model(model, &mut h);
     cache.layout().hash(&mut h);
+    cache.ring().hash(&mut h);
     h.finish()
 }
 

@@ -2,7 +2,8 @@
 //! extension point of kvcheck, one file per kind of subject.
 //!
 //! - `shipped`: [`open_cache`], the shipped cache for a configuration's
-//!   variant (`DenseCache` or `PackedCache`).
+//!   variant (`DenseCache` or `PackedCache`), and [`open_ring`], the
+//!   `RingCache` (dense configurations).
 //! - `reference`: [`ReferenceCache`], a deliberately naive [`KvCache`] that
 //!   keeps every row in a map and asks the model what is resident. It is
 //!   obviously right, which makes it the base for constructed failing
@@ -40,7 +41,7 @@ pub use exec::{
 pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
 pub use reference::ReferenceCache;
-pub use shipped::open_cache;
+pub use shipped::{open_cache, open_ring, ring_capabilities};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +61,8 @@ pub enum SubjectSpec {
     /// The shipped cache for the trace's variant (`cache`).
     #[default]
     Cache,
+    /// The shipped `RingCache` (`cache:ring`): dense configurations only.
+    Ring,
     /// The naive [`ReferenceCache`] (`reference`).
     Reference,
     /// The naive cache with a fault injected (`fault:NAME`): a constructed
@@ -78,6 +81,7 @@ impl PartialEq for SubjectSpec {
     fn eq(&self, other: &SubjectSpec) -> bool {
         match (self, other) {
             (SubjectSpec::Cache, SubjectSpec::Cache)
+            | (SubjectSpec::Ring, SubjectSpec::Ring)
             | (SubjectSpec::Reference, SubjectSpec::Reference) => true,
             (SubjectSpec::Fault(a), SubjectSpec::Fault(b)) => a == b,
             (SubjectSpec::Exec(a), SubjectSpec::Exec(b)) => Arc::ptr_eq(a, b),
@@ -88,18 +92,20 @@ impl PartialEq for SubjectSpec {
 }
 
 impl SubjectSpec {
-    /// Parses `cache`, `reference`, `fault:NAME` or `exec:COMMAND ARGS`.
+    /// Parses `cache`, `cache:ring` (or `ring`), `reference`, `fault:NAME`
+    /// or `exec:COMMAND ARGS`.
     pub fn parse(text: &str) -> Result<SubjectSpec, String> {
         if let Some(command) = text.strip_prefix("exec:") {
             return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
         }
         match text {
             "cache" => Ok(SubjectSpec::Cache),
+            "cache:ring" | "ring" => Ok(SubjectSpec::Ring),
             "reference" => Ok(SubjectSpec::Reference),
             _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
                 Some(fault) => Ok(SubjectSpec::Fault(fault)),
                 None => Err(format!(
-                    "unknown subject {text:?}: expected cache, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
+                    "unknown subject {text:?}: expected cache, cache:ring, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
                     Fault::ALL.map(Fault::name).join(", ")
                 )),
             },
@@ -134,7 +140,7 @@ impl SubjectSpec {
         }
     }
 
-    /// The name used in reports (`dense`, `packed`, `reference`, `fault:…`,
+    /// The name used in reports (`dense`, `packed`, `ring`, `reference`, `fault:…`,
     /// `exec:…`, a factory's name).
     pub fn name(&self, config: &Config) -> String {
         match self {
@@ -142,6 +148,7 @@ impl SubjectSpec {
                 Variant::Dense => "dense".to_string(),
                 Variant::Packed => "packed".to_string(),
             },
+            SubjectSpec::Ring => "ring".to_string(),
             SubjectSpec::Reference => "reference".to_string(),
             SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
             SubjectSpec::Exec(subject) => format!("exec:{}", subject.command()),
@@ -155,6 +162,7 @@ impl SubjectSpec {
         match self {
             SubjectSpec::Exec(subject) => Ok(subject.hello()?.capabilities),
             SubjectSpec::Factory(factory) => Ok(factory.capabilities().clone()),
+            SubjectSpec::Ring => Ok(ring_capabilities()),
             _ => Ok(Capabilities::full()),
         }
     }
@@ -189,6 +197,7 @@ impl SubjectSpec {
     pub fn open_linked(&self, config: &Config, device: &Device) -> kvcache::Result<LinkedCache> {
         Ok(match self {
             SubjectSpec::Cache => (open_cache(config, device)?, None),
+            SubjectSpec::Ring => (open_ring(config, device)?, None),
             SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
             SubjectSpec::Fault(fault) => (
                 Box::new(ReferenceCache::with_fault(config, device, *fault)?),
@@ -203,6 +212,22 @@ impl SubjectSpec {
         })
     }
 }
+
+impl std::fmt::Display for SubjectSpec {
+    /// The form [`SubjectSpec::parse`] takes back (a factory shows its
+    /// name, which cannot be parsed).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubjectSpec::Cache => f.write_str("cache"),
+            SubjectSpec::Ring => f.write_str("cache:ring"),
+            SubjectSpec::Reference => f.write_str("reference"),
+            SubjectSpec::Fault(fault) => write!(f, "fault:{}", fault.name()),
+            SubjectSpec::Exec(subject) => write!(f, "exec:{}", subject.command()),
+            SubjectSpec::Factory(factory) => f.write_str(factory.name()),
+        }
+    }
+}
+
 impl std::str::FromStr for SubjectSpec {
     type Err = String;
 
