@@ -39,10 +39,13 @@
 //!
 //! # Devices
 //!
-//! The buffers live on any candle device, but the custom in-place ops
-//! (`inplace.rs`) implement only `cpu_fwd`: on CUDA a mutating call fails
-//! with [`Error::Backend`] from candle's default `cuda_fwd`.
+//! The buffers live on any candle device. Every mutating op has two
+//! implementations, chosen by [`Path`]: the CPU's custom in-place ops
+//! (`inplace.rs`, `cpu_fwd` only) and a device-generic one built from
+//! candle's public tensor ops (`generic.rs`). A cache on a non-CPU device
+//! uses the generic path; [`DenseCache::with_path`] forces either.
 
+mod generic;
 mod inplace;
 mod slots;
 
@@ -51,7 +54,7 @@ use std::ops::Range;
 use candle_core::{DType, Device, Tensor};
 use kvmodel::{format_ranges, non_negative, CacheError, Config, Write};
 
-use crate::{candle_dtype, check_payload, Error, KvCache, Layout, Result, Slot, View};
+use crate::{candle_dtype, check_payload, Error, KvCache, Layout, Path, Result, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
 use slots::{count, intersect, normalize, subtract, SlotMap};
 
@@ -86,6 +89,11 @@ pub struct DenseCache {
     k: Tensor,
     /// Values, `[B, C, H, D]`, contiguous.
     v: Tensor,
+    /// Which implementation moves the bytes.
+    path: Path,
+    /// The generic path's shift scratch, `[1, ⌈C/4⌉, H, D]` (see
+    /// `generic.rs`); `None` on the in-place path.
+    scratch: Option<Tensor>,
 }
 
 /// The plan of a write that passed every check: what to do, in order.
@@ -109,6 +117,13 @@ impl DenseCache {
     /// allocation (at most 2^31 elements per buffer), but that much memory
     /// must still be available: candle aborts on a failed CPU allocation.
     pub fn new(config: &Config, device: &Device) -> Result<DenseCache> {
+        DenseCache::with_path(config, device, Path::default_for(device))
+    }
+
+    /// [`DenseCache::new`] with an explicit [`Path`]. `Path::InPlace` on a
+    /// non-CPU device builds, but its first mutating op fails with
+    /// [`Error::Backend`] (the custom ops have CPU bodies only).
+    pub fn with_path(config: &Config, device: &Device, path: Path) -> Result<DenseCache> {
         config.validate()?;
         if config.variant != kvmodel::Variant::Dense {
             return Err(CacheError::InvalidConfig {
@@ -130,7 +145,41 @@ impl DenseCache {
             slots: SlotMap::default(),
             k: Tensor::zeros(shape, dtype, device)?,
             v: Tensor::zeros(shape, dtype, device)?,
+            path,
+            scratch: Self::scratch(config, config.capacity, dtype, device, path)?,
         })
+    }
+
+    /// The generic path's shift scratch for `capacity` (none in place).
+    fn scratch(
+        config: &Config,
+        capacity: usize,
+        dtype: DType,
+        device: &Device,
+        path: Path,
+    ) -> Result<Option<Tensor>> {
+        Ok(match path {
+            Path::InPlace => None,
+            Path::Generic => {
+                let rows = generic::scratch_rows(capacity);
+                let shape = (1, rows, config.heads, config.head_dim);
+                Some(Tensor::zeros(shape, dtype, device)?)
+            }
+        })
+    }
+
+    /// The implementation this cache runs.
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
+    /// Copies a block into `dst` on this cache's path.
+    fn copy_block(&self, dst: &Tensor, src: &Tensor, copy: &CopyBlock) -> Result<()> {
+        match self.path {
+            Path::InPlace => dst.inplace_op2(src, copy)?,
+            Path::Generic => generic::copy_block(dst, src, copy)?,
+        }
+        Ok(())
     }
 
     /// The current window `W`.
@@ -346,6 +395,7 @@ impl DenseCache {
         let shape = (c.batch, capacity, c.heads, c.head_dim);
         let k = Tensor::zeros(shape, self.dtype, &self.device)?;
         let v = Tensor::zeros(shape, self.dtype, &self.device)?;
+        let scratch = Self::scratch(c, capacity, self.dtype, &self.device, self.path)?;
         let copy = CopyBlock {
             batch: c.batch,
             len: self.slots.resident(),
@@ -364,10 +414,11 @@ impl DenseCache {
                 head: 0,
             },
         };
-        k.inplace_op2(&self.k, &copy)?;
-        v.inplace_op2(&self.v, &copy)?;
+        self.copy_block(&k, &self.k, &copy)?;
+        self.copy_block(&v, &self.v, &copy)?;
         self.k = k;
         self.v = v;
+        self.scratch = scratch;
         self.capacity = capacity;
         self.window = window;
         Ok(())
@@ -381,14 +432,22 @@ impl DenseCache {
         let mut next = self.slots.clone();
         let moves = next.remove(victims);
         if !moves.is_empty() {
-            let shift = ShiftRows {
-                batch: self.config.batch,
-                slots: self.capacity,
-                row: self.config.heads * self.config.head_dim,
-                moves: &moves,
-            };
-            self.k.inplace_op1(&shift)?;
-            self.v.inplace_op1(&shift)?;
+            match &self.scratch {
+                None => {
+                    let shift = ShiftRows {
+                        batch: self.config.batch,
+                        slots: self.capacity,
+                        row: self.config.heads * self.config.head_dim,
+                        moves: &moves,
+                    };
+                    self.k.inplace_op1(&shift)?;
+                    self.v.inplace_op1(&shift)?;
+                }
+                Some(scratch) => {
+                    generic::shift_rows(&self.k, scratch, &moves)?;
+                    generic::shift_rows(&self.v, scratch, &moves)?;
+                }
+            }
         }
         self.slots = next;
         Ok(())
@@ -495,8 +554,16 @@ impl KvCache for DenseCache {
                     slot: slot + len - fresh,
                     len: fresh,
                 };
-                self.k.inplace_op1(&zero)?;
-                self.v.inplace_op1(&zero)?;
+                match self.path {
+                    Path::InPlace => {
+                        self.k.inplace_op1(&zero)?;
+                        self.v.inplace_op1(&zero)?;
+                    }
+                    Path::Generic => {
+                        generic::zero_rows(&self.k, zero.slot, zero.len)?;
+                        generic::zero_rows(&self.v, zero.slot, zero.len)?;
+                    }
+                }
             }
             let copy = CopyBlock {
                 batch: c.batch,
@@ -516,8 +583,8 @@ impl KvCache for DenseCache {
                     head: plan.heads.start,
                 },
             };
-            self.k.inplace_op2(&k, &copy)?;
-            self.v.inplace_op2(&v, &copy)?;
+            self.copy_block(&self.k, &k, &copy)?;
+            self.copy_block(&self.v, &v, &copy)?;
         }
         self.global_end = self.global_end.max(plan.end);
         self.make_view(&plan.visible, plan.heads)

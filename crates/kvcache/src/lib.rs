@@ -22,10 +22,12 @@ use kvmodel::{CacheError, Config, Dtype, ErrorKind, Write};
 
 pub mod dense;
 pub mod packed;
+pub mod path;
 pub mod quant;
 
 pub use dense::DenseCache;
 pub use packed::PackedCache;
+pub use path::Path;
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend
