@@ -686,3 +686,56 @@ impl KvCache for DenseCache {
         Layout { slots }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvmodel::Model;
+
+    /// Rolls a cache whose shift moves more rows than the scratch holds
+    /// (several blocks per move) and compares every view with the model's
+    /// positions and the written values.
+    fn rolls_like_the_model(path: Path) -> bool {
+        let mut config = Config::dense(16);
+        config.sink = 2;
+        let mut cache = DenseCache::with_path(&config, &Device::Cpu, path).unwrap();
+        let mut model = Model::new(&config).unwrap();
+        for step in 0..12u64 {
+            let n = 3;
+            let start = step * n;
+            let values: Vec<f32> = (start..start + n).map(|p| p as f32).collect();
+            let payload = Tensor::from_vec(values, (1, n as usize, 1, 1), &Device::Cpu).unwrap();
+            let request = Write::new(start as i64, n as i64);
+            let effect = model.apply(step, &kvmodel::Op::Write(request)).unwrap();
+            let view = cache.write(&request, &payload, &payload).unwrap();
+            let got: Vec<f32> = view.k.flatten_all().unwrap().to_vec1().unwrap();
+            let want: Vec<f32> = effect.visible.unwrap().iter().map(|&p| p as f32).collect();
+            if got != want {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn both_paths_roll_like_the_model() {
+        for path in Path::ALL {
+            assert!(rolls_like_the_model(path), "{path}");
+        }
+    }
+
+    /// A bug planted in the generic shift only (blocks moved back to front,
+    /// which overwrites rows not yet read) is caught; the in-place path is
+    /// unaffected by it.
+    #[test]
+    fn a_bug_planted_in_the_generic_shift_is_caught() {
+        generic::PLANT_BACKWARD_SHIFT.with(|b| b.set(true));
+        let (in_place, generic) = (
+            rolls_like_the_model(Path::InPlace),
+            rolls_like_the_model(Path::Generic),
+        );
+        generic::PLANT_BACKWARD_SHIFT.with(|b| b.set(false));
+        assert!(in_place, "the in-place path does not use the generic shift");
+        assert!(!generic, "the planted bug went unnoticed");
+    }
+}
