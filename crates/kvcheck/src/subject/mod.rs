@@ -40,7 +40,7 @@ pub use exec::{
 pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
 pub use reference::ReferenceCache;
-pub use shipped::open_cache;
+pub use shipped::{open_cache, open_cache_on};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +60,10 @@ pub enum SubjectSpec {
     /// The shipped cache for the trace's variant (`cache`).
     #[default]
     Cache,
+    /// The shipped cache forced onto one implementation path
+    /// (`cache:in-place`, `cache:generic`): how the device-generic path,
+    /// which a GPU runs, is checked on the CPU.
+    CachePath(kvcache::Path),
     /// The naive [`ReferenceCache`] (`reference`).
     Reference,
     /// The naive cache with a fault injected (`fault:NAME`): a constructed
@@ -80,6 +84,7 @@ impl PartialEq for SubjectSpec {
             (SubjectSpec::Cache, SubjectSpec::Cache)
             | (SubjectSpec::Reference, SubjectSpec::Reference) => true,
             (SubjectSpec::Fault(a), SubjectSpec::Fault(b)) => a == b,
+            (SubjectSpec::CachePath(a), SubjectSpec::CachePath(b)) => a == b,
             (SubjectSpec::Exec(a), SubjectSpec::Exec(b)) => Arc::ptr_eq(a, b),
             (SubjectSpec::Factory(a), SubjectSpec::Factory(b)) => a.same(b),
             _ => false,
@@ -88,10 +93,14 @@ impl PartialEq for SubjectSpec {
 }
 
 impl SubjectSpec {
-    /// Parses `cache`, `reference`, `fault:NAME` or `exec:COMMAND ARGS`.
+    /// Parses `cache`, `cache:in-place`, `cache:generic`, `reference`,
+    /// `fault:NAME` or `exec:COMMAND ARGS`.
     pub fn parse(text: &str) -> Result<SubjectSpec, String> {
         if let Some(command) = text.strip_prefix("exec:") {
             return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
+        }
+        if let Some(path) = text.strip_prefix("cache:") {
+            return Ok(SubjectSpec::CachePath(path.parse()?));
         }
         match text {
             "cache" => Ok(SubjectSpec::Cache),
@@ -99,7 +108,7 @@ impl SubjectSpec {
             _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
                 Some(fault) => Ok(SubjectSpec::Fault(fault)),
                 None => Err(format!(
-                    "unknown subject {text:?}: expected cache, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
+                    "unknown subject {text:?}: expected cache, cache:in-place, cache:generic, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
                     Fault::ALL.map(Fault::name).join(", ")
                 )),
             },
@@ -141,6 +150,10 @@ impl SubjectSpec {
             SubjectSpec::Cache => match config.variant {
                 Variant::Dense => "dense".to_string(),
                 Variant::Packed => "packed".to_string(),
+            },
+            SubjectSpec::CachePath(path) => match config.variant {
+                Variant::Dense => format!("dense:{path}"),
+                Variant::Packed => format!("packed:{path}"),
             },
             SubjectSpec::Reference => "reference".to_string(),
             SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
@@ -189,6 +202,7 @@ impl SubjectSpec {
     pub fn open_linked(&self, config: &Config, device: &Device) -> kvcache::Result<LinkedCache> {
         Ok(match self {
             SubjectSpec::Cache => (open_cache(config, device)?, None),
+            SubjectSpec::CachePath(path) => (open_cache_on(config, device, *path)?, None),
             SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
             SubjectSpec::Fault(fault) => (
                 Box::new(ReferenceCache::with_fault(config, device, *fault)?),
