@@ -170,9 +170,13 @@ fn config_from_trace(value: &serde_json::Value) -> Config {
     config
 }
 
-/// Every vector of `tests/vectors`.
+/// Every vector of `tests/vectors` (or of `$KVCACHE_VECTORS`).
 fn vectors() -> Vec<(String, Config, Vec<Op>)> {
-    let dir = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors");
+    // `KVCACHE_VECTORS` lets a copied binary find them on another machine.
+    let dir = std::env::var_os("KVCACHE_VECTORS").map_or_else(
+        || FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors"),
+        std::path::PathBuf::from,
+    );
     let mut found = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
