@@ -224,3 +224,25 @@ impl std::str::FromStr for SubjectSpec {
         SubjectSpec::parse(text)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_paths_parse_name_and_open() {
+        let generic = SubjectSpec::parse("cache:generic").unwrap();
+        assert_eq!(generic, SubjectSpec::CachePath(kvcache::Path::Generic));
+        assert_ne!(generic, SubjectSpec::Cache);
+        assert_eq!(generic.name(&Config::dense(4)), "dense:generic");
+        assert_eq!(
+            SubjectSpec::parse("cache:in-place")
+                .unwrap()
+                .name(&Config::packed(4)),
+            "packed:in-place"
+        );
+        let err = SubjectSpec::parse("cache:gpu").unwrap_err();
+        assert!(err.contains("\"gpu\""), "{err}");
+        assert!(generic.open(&Config::dense(4), &Device::Cpu).is_ok());
+    }
+}
