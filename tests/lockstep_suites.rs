@@ -76,3 +76,42 @@ fn ring_every_dense_profile() {
     assert_eq!(report.ran.len(), 8, "{report}");
     assert_eq!(report.skipped.len(), 1, "{report}");
 }
+
+/// Every profile again on the device-generic path (`cache:generic`), the
+/// code a GPU runs, checked here on the CPU. Runs when the suites check the
+/// shipped caches (no `KVCHECK_SUBJECT`, or `cache`); another subject has
+/// no generic path to check.
+fn generic_suite<F: Family>() {
+    let mut settings = SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"));
+    if settings.subject != SubjectSpec::Cache {
+        eprintln!("generic-path suite skipped: KVCHECK_SUBJECT names another subject");
+        return;
+    }
+    settings.subject = SubjectSpec::CachePath(kvcache::Path::Generic);
+    if let Err(message) = check_family::<F>(&settings) {
+        panic!("{message}");
+    }
+}
+
+macro_rules! generic_suites {
+    ($($name:ident: $family:ty),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                generic_suite::<$family>();
+            }
+        )*
+    };
+}
+
+generic_suites! {
+    generic_tiny: Tiny,
+    generic_sinks: Sinks,
+    generic_window_below_capacity: Window,
+    generic_pins: Pins,
+    generic_growth: Growth,
+    generic_multi_head: MultiHead,
+    generic_batch_two: BatchTwo,
+    generic_half_precision: Half,
+    generic_packed: Packed,
+}

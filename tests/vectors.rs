@@ -25,9 +25,18 @@ fn shared_vectors_replay_green_for_model_and_cache() {
             "{}: a vector must carry expect",
             file.display()
         );
-        let report = replay(&trace, Some(file), Some(SubjectSpec::Cache), None);
-        if let Some(failure) = report.failure() {
-            failures.push(format!("{}: {failure}", file.display()));
+        // The device default, then each path forced (the generic one is
+        // what a GPU runs).
+        for subject in [
+            SubjectSpec::Cache,
+            SubjectSpec::CachePath(kvcache::Path::InPlace),
+            SubjectSpec::CachePath(kvcache::Path::Generic),
+        ] {
+            let label = subject.name(&trace.config);
+            let report = replay(&trace, Some(file), Some(subject), None);
+            if let Some(failure) = report.failure() {
+                failures.push(format!("{} ({label}): {failure}", file.display()));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

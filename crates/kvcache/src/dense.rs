@@ -40,10 +40,13 @@
 //!
 //! # Devices
 //!
-//! The buffers live on any candle device, but the custom in-place ops
-//! (`inplace.rs`) implement only `cpu_fwd`: on CUDA a mutating call fails
-//! with [`Error::Backend`](crate::Error::Backend) from candle's default `cuda_fwd`.
+//! The buffers live on any candle device. Every mutating op has two
+//! implementations, chosen by [`Path`]: the CPU's custom in-place ops
+//! (`inplace.rs`, `cpu_fwd` only) and a device-generic one built from
+//! candle's public tensor ops (`generic.rs`). A cache on a non-CPU device
+//! uses the generic path; [`DenseCache::with_path`] forces either.
 
+mod generic;
 mod inplace;
 mod slots;
 
@@ -54,7 +57,7 @@ use kvmodel::{Config, Write};
 
 use crate::contract::Residency;
 use crate::segments::buffer_view;
-use crate::{KvCache, Layout, Result, SegmentedView, Slot, View};
+use crate::{KvCache, Layout, Path, Result, SegmentedView, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
 use slots::SlotMap;
 
@@ -82,6 +85,11 @@ pub struct DenseCache {
     k: Tensor,
     /// Values, `[B, C, H, D]`, contiguous.
     v: Tensor,
+    /// Which implementation moves the bytes.
+    path: Path,
+    /// The generic path's shift scratch, `[1, ⌈C/4⌉, H, D]` (see
+    /// `generic.rs`); `None` on the in-place path.
+    scratch: Option<Tensor>,
 }
 
 impl DenseCache {
@@ -92,8 +100,17 @@ impl DenseCache {
     /// allocation (at most 2^31 elements per buffer), but that much memory
     /// must still be available: candle aborts on a failed CPU allocation.
     pub fn new(config: &Config, device: &Device) -> Result<DenseCache> {
+        DenseCache::with_path(config, device, Path::default_for(device))
+    }
+
+    /// [`DenseCache::new`] with an explicit [`Path`]. `Path::InPlace` on a
+    /// non-CPU device builds, but its first mutating op fails with
+    /// [`Error::Backend`](crate::Error::Backend) (the custom ops have CPU
+    /// bodies only).
+    pub fn with_path(config: &Config, device: &Device, path: Path) -> Result<DenseCache> {
         let state = Residency::new(config, "DenseCache")?;
         let (k, v) = state.zeroed_buffers(config.capacity, device)?;
+        let scratch = Self::scratch(config, config.capacity, state.dtype(), device, path)?;
         Ok(DenseCache {
             dtype: state.dtype(),
             state,
@@ -101,7 +118,41 @@ impl DenseCache {
             slots: SlotMap::default(),
             k,
             v,
+            path,
+            scratch,
         })
+    }
+
+    /// The generic path's shift scratch for `capacity` (none in place).
+    fn scratch(
+        config: &Config,
+        capacity: usize,
+        dtype: DType,
+        device: &Device,
+        path: Path,
+    ) -> Result<Option<Tensor>> {
+        Ok(match path {
+            Path::InPlace => None,
+            Path::Generic => {
+                let rows = generic::scratch_rows(capacity);
+                let shape = (1, rows, config.heads, config.head_dim);
+                Some(Tensor::zeros(shape, dtype, device)?)
+            }
+        })
+    }
+
+    /// The implementation this cache runs.
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
+    /// Copies a block into `dst` on this cache's path.
+    fn copy_block(&self, dst: &Tensor, src: &Tensor, copy: &CopyBlock) -> Result<()> {
+        match self.path {
+            Path::InPlace => dst.inplace_op2(src, copy)?,
+            Path::Generic => generic::copy_block(dst, src, copy)?,
+        }
+        Ok(())
     }
 
     /// The current window `W`.
@@ -133,6 +184,7 @@ impl DenseCache {
     fn grow(&mut self, capacity: usize, window: usize) -> Result<()> {
         let (k, v) = self.state.zeroed_buffers(capacity, &self.device)?;
         let c = &self.state.config;
+        let scratch = Self::scratch(c, capacity, self.dtype, &self.device, self.path)?;
         let copy = CopyBlock {
             batch: c.batch,
             len: self.slots.resident(),
@@ -151,10 +203,11 @@ impl DenseCache {
                 head: 0,
             },
         };
-        k.inplace_op2(&self.k, &copy)?;
-        v.inplace_op2(&self.v, &copy)?;
+        self.copy_block(&k, &self.k, &copy)?;
+        self.copy_block(&v, &self.v, &copy)?;
         self.k = k;
         self.v = v;
+        self.scratch = scratch;
         self.state.capacity = capacity;
         self.state.window = window;
         Ok(())
@@ -168,14 +221,22 @@ impl DenseCache {
         let mut next = self.slots.clone();
         let moves = next.remove(victims);
         if !moves.is_empty() {
-            let shift = ShiftRows {
-                batch: self.state.config.batch,
-                slots: self.state.capacity,
-                row: self.state.config.heads * self.state.config.head_dim,
-                moves: &moves,
-            };
-            self.k.inplace_op1(&shift)?;
-            self.v.inplace_op1(&shift)?;
+            match &self.scratch {
+                None => {
+                    let shift = ShiftRows {
+                        batch: self.state.config.batch,
+                        slots: self.state.capacity,
+                        row: self.state.config.heads * self.state.config.head_dim,
+                        moves: &moves,
+                    };
+                    self.k.inplace_op1(&shift)?;
+                    self.v.inplace_op1(&shift)?;
+                }
+                Some(scratch) => {
+                    generic::shift_rows(&self.k, scratch, &moves)?;
+                    generic::shift_rows(&self.v, scratch, &moves)?;
+                }
+            }
         }
         self.slots = next;
         Ok(())
@@ -250,8 +311,16 @@ impl KvCache for DenseCache {
                     slot: slot + len - fresh,
                     len: fresh,
                 };
-                self.k.inplace_op1(&zero)?;
-                self.v.inplace_op1(&zero)?;
+                match self.path {
+                    Path::InPlace => {
+                        self.k.inplace_op1(&zero)?;
+                        self.v.inplace_op1(&zero)?;
+                    }
+                    Path::Generic => {
+                        generic::zero_rows(&self.k, zero.slot, zero.len)?;
+                        generic::zero_rows(&self.v, zero.slot, zero.len)?;
+                    }
+                }
             }
             let copy = CopyBlock {
                 batch: c.batch,
@@ -271,8 +340,8 @@ impl KvCache for DenseCache {
                     head: plan.heads.start,
                 },
             };
-            self.k.inplace_op2(&k, &copy)?;
-            self.v.inplace_op2(&v, &copy)?;
+            self.copy_block(&self.k, &k, &copy)?;
+            self.copy_block(&self.v, &v, &copy)?;
         }
         self.state.global_end = self.state.global_end.max(plan.end);
         self.segments(&plan.visible, plan.heads)
@@ -330,5 +399,58 @@ impl KvCache for DenseCache {
         let mut slots: Vec<Slot> = self.slots.positions().map(Slot::Hot).collect();
         slots.resize(self.state.capacity, Slot::Free);
         Layout { slots }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvmodel::Model;
+
+    /// Rolls a cache whose shift moves more rows than the scratch holds
+    /// (several blocks per move) and compares every view with the model's
+    /// positions and the written values.
+    fn rolls_like_the_model(path: Path) -> bool {
+        let mut config = Config::dense(16);
+        config.sink = 2;
+        let mut cache = DenseCache::with_path(&config, &Device::Cpu, path).unwrap();
+        let mut model = Model::new(&config).unwrap();
+        for step in 0..12u64 {
+            let n = 3;
+            let start = step * n;
+            let values: Vec<f32> = (start..start + n).map(|p| p as f32).collect();
+            let payload = Tensor::from_vec(values, (1, n as usize, 1, 1), &Device::Cpu).unwrap();
+            let request = Write::new(start as i64, n as i64);
+            let effect = model.apply(step, &kvmodel::Op::Write(request)).unwrap();
+            let view = cache.write(&request, &payload, &payload).unwrap();
+            let got: Vec<f32> = view.k.flatten_all().unwrap().to_vec1().unwrap();
+            let want: Vec<f32> = effect.visible.unwrap().iter().map(|&p| p as f32).collect();
+            if got != want {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn both_paths_roll_like_the_model() {
+        for path in Path::ALL {
+            assert!(rolls_like_the_model(path), "{path}");
+        }
+    }
+
+    /// A bug planted in the generic shift only (blocks moved back to front,
+    /// which overwrites rows not yet read) is caught; the in-place path is
+    /// unaffected by it.
+    #[test]
+    fn a_bug_planted_in_the_generic_shift_is_caught() {
+        generic::PLANT_BACKWARD_SHIFT.with(|b| b.set(true));
+        let (in_place, generic) = (
+            rolls_like_the_model(Path::InPlace),
+            rolls_like_the_model(Path::Generic),
+        );
+        generic::PLANT_BACKWARD_SHIFT.with(|b| b.set(false));
+        assert!(in_place, "the in-place path does not use the generic shift");
+        assert!(!generic, "the planted bug went unnoticed");
     }
 }

@@ -29,6 +29,7 @@ pub mod attention;
 mod contract;
 pub mod dense;
 pub mod packed;
+pub mod path;
 pub mod quant;
 mod ranges;
 pub mod ring;
@@ -38,6 +39,7 @@ pub use dense::DenseCache;
 pub use packed::PackedCache;
 pub use ring::RingCache;
 pub use segments::{Segment, SegmentedView, Segments};
+pub use path::Path;
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend

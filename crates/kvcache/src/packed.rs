@@ -28,7 +28,7 @@ use kvmodel::{
 };
 
 use crate::quant::{self, QuantizedTensor};
-use crate::{candle_dtype, check_payload, KvCache, Layout, Result, Slot, View};
+use crate::{candle_dtype, check_payload, KvCache, Layout, Path, Result, Slot, View};
 
 /// Rows of one piece.
 #[derive(Clone, Debug)]
@@ -121,6 +121,9 @@ pub struct PackedCache {
     chunks: Vec<Chunk>,
     /// Whether the last chunk is the current one (cleared by rewind, reset).
     has_current: bool,
+    /// Which quantizer and dequantizer run (every other op of this cache
+    /// is built from candle's public tensor ops already).
+    path: Path,
 }
 
 /// Length of `a ∩ b`.
@@ -132,6 +135,13 @@ impl PackedCache {
     /// A new, empty packed cache on `device`. Refuses a configuration that
     /// breaks SPEC.md §1 (and a dense one) with `invalid_config`.
     pub fn new(config: &Config, device: &Device) -> Result<PackedCache> {
+        PackedCache::with_path(config, device, Path::default_for(device))
+    }
+
+    /// [`PackedCache::new`] with an explicit [`Path`]: `InPlace` quantizes
+    /// with the CPU kernels of [`quant`], `Generic` with
+    /// [`quant::generic`] (any device).
+    pub fn with_path(config: &Config, device: &Device, path: Path) -> Result<PackedCache> {
         config.validate()?;
         if config.variant != Variant::Packed {
             return Err(CacheError::InvalidConfig {
@@ -151,7 +161,13 @@ impl PackedCache {
             evicted_to: config.sink as u64,
             chunks: Vec::new(),
             has_current: false,
+            path,
         })
+    }
+
+    /// The implementation this cache runs.
+    pub fn path(&self) -> Path {
+        self.path
     }
 
     /// The resident sink positions `[0, min(S, G))` for a global end `g`.
@@ -275,7 +291,17 @@ impl PackedCache {
                                 if !all_heads {
                                     codes = codes.narrow(2, heads.start, heads.len())?;
                                 }
-                                quant::dequantize_into(&codes, &out.narrow(1, offset, len)?)?;
+                                match self.path {
+                                    Path::InPlace => quant::dequantize_into(
+                                        &codes,
+                                        &out.narrow(1, offset, len)?,
+                                    )?,
+                                    Path::Generic => out.slice_set(
+                                        &quant::generic::dequantize(&codes, self.dtype)?,
+                                        1,
+                                        offset,
+                                    )?,
+                                }
                             }
                         }
                     }
@@ -328,7 +354,11 @@ impl PackedCache {
 
     /// Turns the rows of a chunk cold (SPEC.md §6): quantized once, the
     /// full-precision tensors dropped.
-    fn freeze(chunk: &mut Chunk, quant: Quant) -> candle_core::Result<()> {
+    fn freeze(chunk: &mut Chunk, quant: Quant, path: Path) -> candle_core::Result<()> {
+        let quantize = match path {
+            Path::InPlace => quant::quantize,
+            Path::Generic => quant::generic::quantize,
+        };
         for piece in &mut chunk.pieces {
             if let Rows::Hot { k, v } = &piece.rows {
                 piece.rows = match quant {
@@ -337,8 +367,8 @@ impl PackedCache {
                         v: v.clone(),
                     },
                     q => Rows::Quantized {
-                        k: quant::quantize(k, q)?,
-                        v: quant::quantize(v, q)?,
+                        k: quantize(k, q)?,
+                        v: quantize(v, q)?,
                     },
                 };
             }
@@ -493,7 +523,7 @@ impl KvCache for PackedCache {
             let keep_from = current.saturating_sub(self.policy.keep_recent_chunks);
             for chunk in &mut chunks[..keep_from] {
                 if !chunk.cold && (chunk.start >= self.sink || self.policy.pack_sink) {
-                    Self::freeze(chunk, self.policy.quant)?;
+                    Self::freeze(chunk, self.policy.quant, self.path)?;
                 }
             }
             self.chunks = chunks;

@@ -25,8 +25,9 @@
 //!
 //! The kernels are candle custom ops ([`CustomOp1`] for quantizing, an
 //! in-place [`InplaceOp3`] for dequantizing straight into a slice of an
-//! output tensor). Only their CPU bodies exist today; a CUDA body goes into
-//! the ops' `cuda_fwd` without changing any caller.
+//! output tensor); they have CPU bodies only. [`generic`] computes the same
+//! numbers from candle's public tensor ops and runs on every device; its docs
+//! list the operations that may round differently on a GPU.
 
 use candle_core::{
     backend::BackendStorage, CpuStorage, CustomOp1, DType, Device, InplaceOp3, Layout, Shape,
@@ -34,6 +35,8 @@ use candle_core::{
 };
 use half::{bf16, f16};
 use kvmodel::Quant;
+
+pub mod generic;
 
 /// One quantized tensor: codes and per-row scales.
 #[derive(Clone, Debug)]

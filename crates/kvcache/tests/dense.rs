@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use kvcache::{DenseCache, KvCache, Slot};
+use kvcache::{DenseCache, KvCache, Path, Slot};
 use kvmodel::{Config, Dtype, ErrorKind, Model, Op, Write};
 use proptest::prelude::*;
 
@@ -123,10 +123,14 @@ struct Lockstep {
 
 impl Lockstep {
     fn new(config: &Config) -> Lockstep {
+        Lockstep::with_path(config, Path::InPlace)
+    }
+
+    fn with_path(config: &Config, path: Path) -> Lockstep {
         Lockstep {
             config: config.clone(),
             model: Model::new(config).expect("valid config"),
-            cache: DenseCache::new(config, &Device::Cpu).expect("valid config"),
+            cache: DenseCache::with_path(config, &Device::Cpu, path).expect("valid config"),
             index: 0,
         }
     }
@@ -420,10 +424,14 @@ proptest! {
     })]
 
     /// Random op sequences over small configs: the cache agrees with the
-    /// model after every op, values included.
+    /// model after every op, values included, on both paths.
     #[test]
-    fn dense_matches_model(config in config_strategy(), steps in prop::collection::vec(step_strategy(), 1..48)) {
-        let mut lockstep = Lockstep::new(&config);
+    fn dense_matches_model(
+        config in config_strategy(),
+        steps in prop::collection::vec(step_strategy(), 1..48),
+        path in prop::sample::select(Path::ALL.to_vec()),
+    ) {
+        let mut lockstep = Lockstep::with_path(&config, path);
         for step in &steps {
             let op = step.resolve(lockstep.model.global_end());
             lockstep.step(&op).ok();
@@ -483,25 +491,28 @@ fn dense_replays_shared_vectors() {
         let config = parse_config(&trace["config"]);
         let ops: Vec<Op> = serde_json::from_value(trace["ops"].clone()).expect("ops");
         let expect = trace["expect"].as_array().cloned().unwrap_or_default();
-        let mut lockstep = Lockstep::new(&config);
-        for (i, op) in ops.iter().enumerate() {
-            let outcome = lockstep.step(op);
-            let Some(want) = expect.get(i) else { continue };
-            let name = path.file_name().unwrap().to_string_lossy();
-            match (&outcome, want.get("err"), want.get("ok")) {
-                (Err(kind), Some(err), _) => assert_eq!(kind.name(), err, "{name} op {i}"),
-                (Ok(effect), _, Some(ok)) => {
-                    assert_eq!(
-                        effect.global_end,
-                        ok["global_end"].as_u64().unwrap(),
-                        "{name} op {i}"
-                    );
-                    if let Some(visible) = ok.get("visible") {
-                        let visible: Vec<u64> = serde_json::from_value(visible.clone()).unwrap();
-                        assert_eq!(effect.visible.as_ref(), Some(&visible), "{name} op {i}");
+        for cache_path in Path::ALL {
+            let mut lockstep = Lockstep::with_path(&config, cache_path);
+            for (i, op) in ops.iter().enumerate() {
+                let outcome = lockstep.step(op);
+                let Some(want) = expect.get(i) else { continue };
+                let name = path.file_name().unwrap().to_string_lossy();
+                match (&outcome, want.get("err"), want.get("ok")) {
+                    (Err(kind), Some(err), _) => assert_eq!(kind.name(), err, "{name} op {i}"),
+                    (Ok(effect), _, Some(ok)) => {
+                        assert_eq!(
+                            effect.global_end,
+                            ok["global_end"].as_u64().unwrap(),
+                            "{name} op {i}"
+                        );
+                        if let Some(visible) = ok.get("visible") {
+                            let visible: Vec<u64> =
+                                serde_json::from_value(visible.clone()).unwrap();
+                            assert_eq!(effect.visible.as_ref(), Some(&visible), "{name} op {i}");
+                        }
                     }
+                    _ => panic!("{name} op {i} ({cache_path}): got {outcome:?}, expected {want}"),
                 }
-                _ => panic!("{name} op {i}: got {outcome:?}, expected {want}"),
             }
         }
         replayed += 1;

@@ -416,9 +416,13 @@ proptest! {
 
     /// Random op sequences over small packed configs, in lockstep with the model.
     #[test]
-    fn packed_cache_matches_the_model(config in config_strategy(), steps in step_strategy()) {
+    fn packed_cache_matches_the_model(
+        config in config_strategy(),
+        steps in step_strategy(),
+        path in prop::sample::select(kvcache::Path::ALL.to_vec()),
+    ) {
         let mut model = Model::new(&config).unwrap();
-        let mut cache = PackedCache::new(&config, &Device::Cpu).unwrap();
+        let mut cache = PackedCache::with_path(&config, &Device::Cpu, path).unwrap();
         assert_state(&model, &cache, "start");
         for (i, s) in steps.iter().enumerate() {
             let op = resolve(s, &model);
@@ -554,11 +558,13 @@ fn shared_packed_vectors_replay() {
         let config = config_from_trace(&trace["config"]);
         let ops: Vec<Op> = serde_json::from_value(trace["ops"].clone()).unwrap();
         let expect: Vec<Outcome> = serde_json::from_value(trace["expect"].clone()).unwrap();
-        let mut model = Model::new(&config).unwrap();
-        let mut cache = PackedCache::new(&config, &Device::Cpu).unwrap();
-        for (i, (op, want)) in ops.iter().zip(&expect).enumerate() {
-            let got = step(&mut model, &mut cache, i as u64, op);
-            assert_eq!(&got, want, "{name}: op {i} ({op})");
+        for cache_path in kvcache::Path::ALL {
+            let mut model = Model::new(&config).unwrap();
+            let mut cache = PackedCache::with_path(&config, &Device::Cpu, cache_path).unwrap();
+            for (i, (op, want)) in ops.iter().zip(&expect).enumerate() {
+                let got = step(&mut model, &mut cache, i as u64, op);
+                assert_eq!(&got, want, "{name} ({cache_path}): op {i} ({op})");
+            }
         }
         replayed += 1;
     }

@@ -75,20 +75,32 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn kernels_match_the_scalar_reference((dtype, quant, head_dim, rows) in case()) {
+    fn kernels_match_the_scalar_reference(
+        (dtype, quant, head_dim, rows) in case(),
+        generic in proptest::bool::ANY,
+    ) {
         let device = Device::Cpu;
         let flat: Vec<f32> = rows.concat();
         let x = Tensor::from_vec(flat, (rows.len(), head_dim), &device)
             .unwrap()
             .to_dtype(candle_dtype(dtype))
             .unwrap();
-        let packed = quant::quantize(&x, quant).unwrap();
+        // Both paths: the CPU kernels and the device-generic tensor ops.
+        let packed = if generic {
+            quant::generic::quantize(&x, quant).unwrap()
+        } else {
+            quant::quantize(&x, quant).unwrap()
+        };
         let q = quant.max_code().unwrap();
         let scales: Vec<f32> = packed.scales.to_vec1().unwrap();
         let codes: Vec<Vec<u8>> = packed.codes.to_vec2().unwrap();
         prop_assert_eq!(codes[0].len(), quant::code_bytes(quant, head_dim));
-        let back: Vec<Vec<f32>> = quant::dequantize(&packed, candle_dtype(dtype), &device)
-            .unwrap()
+        let back = if generic {
+            quant::generic::dequantize(&packed, candle_dtype(dtype)).unwrap()
+        } else {
+            quant::dequantize(&packed, candle_dtype(dtype), &device).unwrap()
+        };
+        let back: Vec<Vec<f32>> = back
             .to_dtype(candle_core::DType::F32)
             .unwrap()
             .to_vec2()

@@ -464,9 +464,12 @@ fn encode_op(op: &Op, cursor: &Cursor) -> [u8; OP_BYTES] {
 }
 
 /// The body of `dense_lockstep` / `packed_lockstep`: the case through the
-/// lockstep driver. `Err` holds the divergence report and the kvtrace JSON.
+/// lockstep driver, on the shipped cache and again on its device-generic
+/// path (`cache:generic`, the code a GPU runs). `Err` holds the divergence
+/// report and the kvtrace JSON.
 pub fn check_lockstep(case: &FuzzCase) -> Result<(), String> {
-    check_lockstep_on(case, &SubjectSpec::Cache)
+    check_lockstep_on(case, &SubjectSpec::Cache)?;
+    check_lockstep_on(case, &SubjectSpec::CachePath(kvcache::Path::Generic))
 }
 
 /// [`check_lockstep`] on `subject` (decode the case with

@@ -81,6 +81,7 @@ fn capabilities_of(subject: &SubjectSpec) -> Result<Arc<Capabilities>, String> {
 fn subject_label(subject: &SubjectSpec) -> String {
     match subject {
         SubjectSpec::Cache => "the shipped caches".to_string(),
+        SubjectSpec::CachePath(path) => format!("cache:{path}"),
         other => other.name(&kvmodel::Config::dense(1)),
     }
 }

@@ -126,3 +126,16 @@ fn grid_slice_passes_on_the_ring_cache() {
         assert_eq!(report.depth_completed, 3);
     }
 }
+
+/// The same grid slice on the device-generic path (`cache:generic`), the
+/// code a GPU runs: no discovery either.
+#[test]
+fn grid_slice_passes_on_the_generic_path() {
+    for config in &grid::configs(3, None) {
+        let report = Explorer::new(config, SubjectSpec::CachePath(kvcache::Path::Generic))
+            .depth(3)
+            .alphabet(Alphabet::Small)
+            .assert_no_discovery();
+        assert_eq!(report.depth_completed, 3);
+    }
+}

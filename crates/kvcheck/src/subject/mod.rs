@@ -41,7 +41,7 @@ pub use exec::{
 pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
 pub use reference::ReferenceCache;
-pub use shipped::{open_cache, open_ring, ring_capabilities};
+pub use shipped::{open_cache, open_cache_on, open_ring, ring_capabilities};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +63,10 @@ pub enum SubjectSpec {
     Cache,
     /// The shipped `RingCache` (`cache:ring`): dense configurations only.
     Ring,
+    /// The shipped cache forced onto one implementation path
+    /// (`cache:in-place`, `cache:generic`): how the device-generic path,
+    /// which a GPU runs, is checked on the CPU.
+    CachePath(kvcache::Path),
     /// The naive [`ReferenceCache`] (`reference`).
     Reference,
     /// The naive cache with a fault injected (`fault:NAME`): a constructed
@@ -84,6 +88,7 @@ impl PartialEq for SubjectSpec {
             | (SubjectSpec::Ring, SubjectSpec::Ring)
             | (SubjectSpec::Reference, SubjectSpec::Reference) => true,
             (SubjectSpec::Fault(a), SubjectSpec::Fault(b)) => a == b,
+            (SubjectSpec::CachePath(a), SubjectSpec::CachePath(b)) => a == b,
             (SubjectSpec::Exec(a), SubjectSpec::Exec(b)) => Arc::ptr_eq(a, b),
             (SubjectSpec::Factory(a), SubjectSpec::Factory(b)) => a.same(b),
             _ => false,
@@ -92,20 +97,25 @@ impl PartialEq for SubjectSpec {
 }
 
 impl SubjectSpec {
-    /// Parses `cache`, `cache:ring` (or `ring`), `reference`, `fault:NAME`
-    /// or `exec:COMMAND ARGS`.
+    /// Parses `cache`, `cache:ring` (or `ring`), `cache:in-place`,
+    /// `cache:generic`, `reference`, `fault:NAME` or `exec:COMMAND ARGS`.
     pub fn parse(text: &str) -> Result<SubjectSpec, String> {
         if let Some(command) = text.strip_prefix("exec:") {
             return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
         }
+        if text == "cache:ring" || text == "ring" {
+            return Ok(SubjectSpec::Ring);
+        }
+        if let Some(path) = text.strip_prefix("cache:") {
+            return Ok(SubjectSpec::CachePath(path.parse()?));
+        }
         match text {
             "cache" => Ok(SubjectSpec::Cache),
-            "cache:ring" | "ring" => Ok(SubjectSpec::Ring),
             "reference" => Ok(SubjectSpec::Reference),
             _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
                 Some(fault) => Ok(SubjectSpec::Fault(fault)),
                 None => Err(format!(
-                    "unknown subject {text:?}: expected cache, cache:ring, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
+                    "unknown subject {text:?}: expected cache, cache:ring, cache:in-place, cache:generic, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
                     Fault::ALL.map(Fault::name).join(", ")
                 )),
             },
@@ -149,6 +159,10 @@ impl SubjectSpec {
                 Variant::Packed => "packed".to_string(),
             },
             SubjectSpec::Ring => "ring".to_string(),
+            SubjectSpec::CachePath(path) => match config.variant {
+                Variant::Dense => format!("dense:{path}"),
+                Variant::Packed => format!("packed:{path}"),
+            },
             SubjectSpec::Reference => "reference".to_string(),
             SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
             SubjectSpec::Exec(subject) => format!("exec:{}", subject.command()),
@@ -198,6 +212,7 @@ impl SubjectSpec {
         Ok(match self {
             SubjectSpec::Cache => (open_cache(config, device)?, None),
             SubjectSpec::Ring => (open_ring(config, device)?, None),
+            SubjectSpec::CachePath(path) => (open_cache_on(config, device, *path)?, None),
             SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
             SubjectSpec::Fault(fault) => (
                 Box::new(ReferenceCache::with_fault(config, device, *fault)?),
@@ -220,6 +235,7 @@ impl std::fmt::Display for SubjectSpec {
         match self {
             SubjectSpec::Cache => f.write_str("cache"),
             SubjectSpec::Ring => f.write_str("cache:ring"),
+            SubjectSpec::CachePath(path) => write!(f, "cache:{path}"),
             SubjectSpec::Reference => f.write_str("reference"),
             SubjectSpec::Fault(fault) => write!(f, "fault:{}", fault.name()),
             SubjectSpec::Exec(subject) => write!(f, "exec:{}", subject.command()),
@@ -233,5 +249,27 @@ impl std::str::FromStr for SubjectSpec {
 
     fn from_str(text: &str) -> Result<SubjectSpec, String> {
         SubjectSpec::parse(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_paths_parse_name_and_open() {
+        let generic = SubjectSpec::parse("cache:generic").unwrap();
+        assert_eq!(generic, SubjectSpec::CachePath(kvcache::Path::Generic));
+        assert_ne!(generic, SubjectSpec::Cache);
+        assert_eq!(generic.name(&Config::dense(4)), "dense:generic");
+        assert_eq!(
+            SubjectSpec::parse("cache:in-place")
+                .unwrap()
+                .name(&Config::packed(4)),
+            "packed:in-place"
+        );
+        let err = SubjectSpec::parse("cache:gpu").unwrap_err();
+        assert!(err.contains("\"gpu\""), "{err}");
+        assert!(generic.open(&Config::dense(4), &Device::Cpu).is_ok());
     }
 }

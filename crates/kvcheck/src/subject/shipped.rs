@@ -29,3 +29,15 @@ pub fn ring_capabilities() -> Capabilities {
     capabilities.features.retain(|f| *f != Feature::Quant);
     capabilities
 }
+
+/// The shipped cache for `config.variant`, on `device`, running `path`.
+pub fn open_cache_on(
+    config: &Config,
+    device: &Device,
+    path: kvcache::Path,
+) -> kvcache::Result<Box<dyn KvCache>> {
+    Ok(match config.variant {
+        Variant::Dense => Box::new(kvcache::DenseCache::with_path(config, device, path)?),
+        Variant::Packed => Box::new(kvcache::PackedCache::with_path(config, device, path)?),
+    })
+}

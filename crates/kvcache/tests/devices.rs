@@ -1,0 +1,324 @@
+//! Every available device runs the vectors and a short rolling suite per
+//! profile, op by op against the CPU's in-place cache: same outcomes, same
+//! view positions, bit-identical view tensors.
+//!
+//! Devices: the CPU always (with the generic path forced, since its default
+//! is the in-place path the comparison starts from); CUDA device 0 when the
+//! `cuda` feature is on and a device opens, skipped with a message
+//! otherwise. `for_each_device!` expands one test per device.
+
+use std::path::Path as FsPath;
+
+use candle_core::{DType, Device, Tensor};
+use kvcache::{DenseCache, KvCache, PackedCache, Path};
+use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant, Variant, Write};
+
+/// The device named `name` with the path it runs, or why it is skipped.
+fn device(name: &str) -> Result<(Device, Path), String> {
+    match name {
+        "cpu" => Ok((Device::Cpu, Path::Generic)),
+        #[cfg(feature = "cuda")]
+        "cuda" => Device::new_cuda(0)
+            .map(|d| (d, Path::Generic))
+            .map_err(|e| format!("no CUDA device 0: {e}")),
+        #[cfg(not(feature = "cuda"))]
+        "cuda" => Err("built without the `cuda` feature".to_string()),
+        other => Err(format!("unknown device {other}")),
+    }
+}
+
+fn open(config: &Config, device: &Device, path: Path) -> Box<dyn KvCache> {
+    match config.variant {
+        Variant::Dense => Box::new(DenseCache::with_path(config, device, path).unwrap()),
+        Variant::Packed => Box::new(PackedCache::with_path(config, device, path).unwrap()),
+    }
+}
+
+/// A payload `[B, len, heads, D]` of op `index`, values exact in every dtype.
+fn payload(config: &Config, index: u64, len: usize, heads: usize, kv: u64) -> Tensor {
+    let count = config.batch * len * heads * config.head_dim;
+    let values: Vec<f32> = (0..count as u64)
+        .map(|i| {
+            let h = (index * 7919 + i * 104_729 + kv * 31).wrapping_mul(0x9e37_79b9) >> 7;
+            ((h % 255) as f32 - 127.0) / 4.0
+        })
+        .collect();
+    let dtype = kvcache::candle_dtype(config.dtype);
+    Tensor::from_vec(
+        values,
+        (config.batch, len, heads, config.head_dim),
+        &Device::Cpu,
+    )
+    .unwrap()
+    .to_dtype(dtype)
+    .unwrap()
+}
+
+/// The bits of a view tensor, on the CPU, as f32.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect()
+}
+
+/// What one op returned, comparable across devices.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Refused(Option<kvmodel::ErrorKind>),
+    Moved(u64),
+    View(u64, Vec<u64>, Vec<u32>, Vec<u32>),
+}
+
+fn apply(cache: &mut dyn KvCache, device: &Device, index: u64, op: &Op) -> Seen {
+    let seen = |r: kvcache::Result<u64>| match r {
+        Ok(g) => Seen::Moved(g),
+        Err(e) => Seen::Refused(e.kind()),
+    };
+    match op {
+        Op::Write(w) => {
+            let config = cache.config().clone();
+            let heads = w
+                .heads
+                .map_or(config.heads, |[a, b]| (b - a).max(0) as usize);
+            let len = w.len.clamp(0, 4096) as usize;
+            let k = payload(&config, index, len, heads, 0)
+                .to_device(device)
+                .unwrap();
+            let v = payload(&config, index, len, heads, 1)
+                .to_device(device)
+                .unwrap();
+            match cache.write(w, &k, &v) {
+                Ok(view) => Seen::View(
+                    view.global_end,
+                    view.positions.clone(),
+                    bits(&view.k),
+                    bits(&view.v),
+                ),
+                Err(e) => Seen::Refused(e.kind()),
+            }
+        }
+        Op::Rewind { to } => seen(cache.rewind(*to)),
+        Op::Evict { tokens } => seen(cache.evict(*tokens)),
+        Op::Pin { tokens } => seen(cache.pin(*tokens)),
+        Op::Reset => Seen::Moved(cache.reset()),
+    }
+}
+
+/// Runs `ops` on the device and on the CPU's in-place cache; the first
+/// difference is an error naming the op.
+fn lockstep(config: &Config, device: &Device, path: Path, ops: &[Op]) -> Result<(), String> {
+    let mut subject = open(config, device, path);
+    let mut reference = open(config, &Device::Cpu, Path::InPlace);
+    for (i, op) in ops.iter().enumerate() {
+        let got = apply(subject.as_mut(), device, i as u64, op);
+        let want = apply(reference.as_mut(), &Device::Cpu, i as u64, op);
+        if got != want {
+            return Err(format!(
+                "op {i} ({op:?}): device gave {got:?}, the CPU in-place cache {want:?}"
+            ));
+        }
+        let (a, b) = (subject.view().unwrap(), reference.view().unwrap());
+        if (a.positions.clone(), bits(&a.k), bits(&a.v))
+            != (b.positions.clone(), bits(&b.k), bits(&b.v))
+        {
+            return Err(format!("after op {i} ({op:?}): the full views differ"));
+        }
+    }
+    Ok(())
+}
+
+fn config_from_trace(value: &serde_json::Value) -> Config {
+    let field = |name: &str| value.get(name).filter(|v| !v.is_null());
+    let int =
+        |name: &str, default: usize| field(name).map_or(default, |v| v.as_u64().unwrap() as usize);
+    let mut config = match field("variant").and_then(|v| v.as_str()) {
+        Some("packed") => Config::packed(int("capacity", 0)),
+        _ => Config::dense(int("capacity", 0)),
+    };
+    config.batch = int("batch", 1);
+    config.heads = int("heads", 1);
+    config.head_dim = int("head_dim", 1);
+    config.dtype =
+        field("dtype").map_or(Dtype::F32, |v| serde_json::from_value(v.clone()).unwrap());
+    config.sink = int("sink", 0);
+    config.window = field("window").map(|v| v.as_u64().unwrap() as usize);
+    config.growth = field("growth").is_some_and(|v| v.as_bool().unwrap());
+    config.global_sink = int("global_sink", 0);
+    config.seed = field("seed").map_or(0, |v| v.as_u64().unwrap());
+    config.packed = field("packed").map(|p| {
+        let defaults = PackedPolicy::default();
+        PackedPolicy {
+            keep_recent_chunks: p
+                .get("keep_recent_chunks")
+                .map_or(defaults.keep_recent_chunks, |v| {
+                    v.as_u64().unwrap() as usize
+                }),
+            quant: p.get("quant").map_or(defaults.quant, |v| {
+                serde_json::from_value(v.clone()).unwrap()
+            }),
+            pack_sink: p.get("pack_sink").is_some_and(|v| v.as_bool().unwrap()),
+        }
+    });
+    config
+}
+
+/// Every vector of `tests/vectors` (or of `$KVCACHE_VECTORS`).
+fn vectors() -> Vec<(String, Config, Vec<Op>)> {
+    // `KVCACHE_VECTORS` lets a copied binary find them on another machine.
+    let dir = std::env::var_os("KVCACHE_VECTORS").map_or_else(
+        || FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors"),
+        std::path::PathBuf::from,
+    );
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".kvtrace.json") {
+            continue;
+        }
+        let trace: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let config = config_from_trace(&trace["config"]);
+        let ops: Vec<Op> = serde_json::from_value(trace["ops"].clone()).unwrap();
+        found.push((name, config, ops));
+    }
+    found
+}
+
+/// The profiles of the property suites, each with a short rolling
+/// sequence: appends past the capacity, a rewrite, a head-range write, a
+/// pin, an evict, a rewind and appends again.
+fn profiles() -> Vec<(&'static str, Config)> {
+    let base = |capacity| {
+        let mut c = Config::dense(capacity);
+        c.heads = 2;
+        c.head_dim = 4;
+        c
+    };
+    let mut sinks = base(12);
+    sinks.sink = 2;
+    let mut window = base(16);
+    window.sink = 2;
+    window.window = Some(8);
+    let mut pins = base(16);
+    pins.sink = 2;
+    pins.global_sink = 1;
+    let mut growth = base(4);
+    growth.growth = true;
+    let mut multi = base(12);
+    multi.heads = 4;
+    let mut batch = base(12);
+    batch.batch = 2;
+    batch.sink = 1;
+    let mut half = base(12);
+    half.dtype = Dtype::Bf16;
+    half.sink = 2;
+    let mut int8 = Config::packed(24);
+    int8.heads = 2;
+    int8.head_dim = 5;
+    int8.sink = 2;
+    int8.packed = Some(PackedPolicy {
+        keep_recent_chunks: 1,
+        quant: Quant::Int8,
+        pack_sink: true,
+    });
+    let mut int4 = int8.clone();
+    int4.dtype = Dtype::Bf16;
+    int4.packed = Some(PackedPolicy {
+        keep_recent_chunks: 1,
+        quant: Quant::Int4,
+        pack_sink: false,
+    });
+    vec![
+        ("tiny", base(6)),
+        ("sinks", sinks),
+        ("window", window),
+        ("pins", pins),
+        ("growth", growth),
+        ("multi_head", multi),
+        ("batch_two", batch),
+        ("half", half),
+        ("packed_int8", int8),
+        ("packed_int4", int4),
+    ]
+}
+
+fn rolling_ops() -> Vec<Op> {
+    let write = |start: i64, len: i64, heads: Option<[i64; 2]>| {
+        let mut w = Write::new(start, len);
+        w.heads = heads;
+        Op::Write(w)
+    };
+    let mut ops = Vec::new();
+    let mut g = 0;
+    for _ in 0..6 {
+        ops.push(write(g, 3, None));
+        g += 3;
+    }
+    ops.push(write(g - 3, 3, None));
+    ops.push(write(g, 2, Some([1, 2])));
+    g += 2;
+    ops.push(Op::Pin { tokens: 4 });
+    ops.push(write(g, 3, None));
+    g += 3;
+    ops.push(Op::Evict { tokens: 2 });
+    ops.push(Op::Rewind { to: g - 4 });
+    g -= 4;
+    for _ in 0..4 {
+        ops.push(write(g, 4, None));
+        g += 4;
+    }
+    ops.push(Op::Reset);
+    ops.push(write(0, 5, None));
+    ops
+}
+
+fn check_device(name: &str) {
+    let (device, path) = match device(name) {
+        Ok(found) => found,
+        Err(why) => {
+            eprintln!("device {name}: skipped ({why})");
+            return;
+        }
+    };
+    let mut failures = Vec::new();
+    let vectors = vectors();
+    assert!(vectors.len() >= 21, "found {} vectors", vectors.len());
+    for (file, config, ops) in &vectors {
+        if let Err(e) = lockstep(config, &device, path, ops) {
+            failures.push(format!("{name} vector {file}: {e}"));
+        }
+    }
+    for (profile, config) in profiles() {
+        if let Err(e) = lockstep(&config, &device, path, &rolling_ops()) {
+            failures.push(format!("{name} profile {profile}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    println!("device {name} ({path} path): {} vectors and {} profiles bit-identical to the CPU in-place cache", vectors.len(), profiles().len());
+}
+
+/// One test per device name.
+macro_rules! for_each_device {
+    ($($test:ident: $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                check_device($name);
+            }
+        )*
+    };
+}
+
+for_each_device! {
+    cpu_generic_matches_in_place: "cpu",
+    cuda_matches_cpu_in_place: "cuda",
+}
