@@ -21,6 +21,8 @@ use candle_core::{DType, Tensor};
 use kvmodel::{CacheError, Config, Dtype, ErrorKind, Write};
 
 pub mod dense;
+#[cfg(feature = "faults")]
+pub mod fault;
 pub mod packed;
 pub mod quant;
 
