@@ -56,8 +56,8 @@ pub enum CacheFault {
     PinLostOnMisalignedRoll,
     /// Dense: the pinned range is listed twice in the view (SPEC.md §8 D7).
     PinDuplicatedInView,
-    /// Dense: a head range as wide as the cache is written from head 0,
-    /// ignoring its start (SPEC.md §8 D13).
+    /// Dense: a head range is written from head 0, ignoring its start (one
+    /// as wide as the cache is accepted, SPEC.md §8 D13).
     HeadStartIgnored,
     /// Dense: a zero-length write past the global end advances it
     /// (SPEC.md §8 D11).
@@ -158,7 +158,7 @@ impl CacheFault {
             CacheFault::WindowDoubleCountsSink => "window budget subtracts the sink twice: the view shows S fewer recent positions",
             CacheFault::PinLostOnMisalignedRoll => "pin not aligned with the roll step is lost at the next roll (SPEC D7)",
             CacheFault::PinDuplicatedInView => "pinned range listed twice in the view (SPEC D7)",
-            CacheFault::HeadStartIgnored => "head range as wide as the cache written from head 0, start ignored (SPEC D13)",
+            CacheFault::HeadStartIgnored => "head range written from head 0, start ignored; one as wide as the cache accepted (SPEC D13)",
             CacheFault::ZeroLengthAdvances => "zero-length write past the global end advances it (SPEC D11)",
             CacheFault::EvictRemovesSink => "eviction counts from slot 0 and drops the first sink position",
             CacheFault::GrowthKeepsWindow => "growth doubles the buffers but keeps the old window instead of W = C",

@@ -40,6 +40,7 @@ pub mod lockstep;
 pub mod machine;
 pub mod minimize;
 pub mod payload;
+pub mod power;
 pub mod replay;
 pub mod strategy;
 pub mod subject;

@@ -199,8 +199,17 @@ impl FaultyCache {
         Owned::of(self.cache().view()?)
     }
 
+    /// Whether the fault lives in this cache's variant (a dense fault in a
+    /// packed cache, or the reverse, leaves the shipped cache as it is).
+    fn active(&self) -> bool {
+        self.fault.variant() == self.cache().config().variant
+    }
+
     /// The write as the faulty implementation performs it.
     fn faulty_write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<Owned> {
+        if !self.active() {
+            return self.write_owned(request, k, v);
+        }
         let g = self.cache().global_end();
         let c = self.cache().config().clone();
         let (start, len) = (request.start, request.len);
@@ -232,12 +241,12 @@ impl FaultyCache {
                 _ => self.write_owned(request, k, v),
             },
             CacheFault::HeadStartIgnored => match request.heads {
-                Some([first, count]) if first > 0 && count as usize == c.heads => {
-                    let all = Write {
-                        heads: None,
+                Some([first, count]) if first > 0 && count >= 1 && count as usize <= c.heads => {
+                    let from_zero = Write {
+                        heads: Some([0, count]),
                         ..*request
                     };
-                    self.write_owned(&all, k, v)
+                    self.write_owned(&from_zero, k, v)
                 }
                 _ => self.write_owned(request, k, v),
             },
@@ -392,6 +401,9 @@ impl FaultyCache {
 
     /// The view as the faulty implementation returns it.
     fn disguise(&self, view: Owned, recent_window: bool) -> Result<Owned> {
+        if !self.active() {
+            return Ok(view);
+        }
         let c = self.cache().config();
         let sink = c.sink as u64;
         match self.fault {
@@ -541,7 +553,7 @@ impl KvCache for FaultyCache {
         let after = self.resident();
         let rolled = before.iter().any(|p| !after.contains(p));
         self.after_write(request, g, rolled);
-        let view = if self.fault == CacheFault::RollOneShort && rolled {
+        let view = if self.fault == CacheFault::RollOneShort && rolled && self.active() {
             self.roll_one_short(view)?
         } else {
             view
@@ -570,7 +582,7 @@ impl KvCache for FaultyCache {
 
     fn evict(&mut self, tokens: i64) -> Result<u64> {
         let g = self.cache_mut().evict(tokens)?;
-        if tokens > 0 && self.cache().config().sink > 0 {
+        if tokens > 0 && self.cache().config().sink > 0 && self.active() {
             self.sink_dropped = true;
         }
         Ok(g)
