@@ -303,9 +303,9 @@ mod tests {
     fn remove_merges_adjacent_moves_across_runs() {
         let mut map = SlotMap::default();
         map.push(0..8);
-        map.remove(&[2..5]);
+        map.remove(std::slice::from_ref(&(2..5)));
         assert_eq!(map.runs().len(), 2);
-        let moves = map.remove(&[0..1]);
+        let moves = map.remove(std::slice::from_ref(&(0..1)));
         assert_eq!(
             moves,
             vec![Move {
