@@ -28,6 +28,8 @@ use kvmodel::{CacheError, Config, Dtype, ErrorKind, Write};
 pub mod attention;
 mod contract;
 pub mod dense;
+#[cfg(feature = "faults")]
+pub mod fault;
 pub mod packed;
 pub mod path;
 pub mod quant;

@@ -727,3 +727,20 @@ impl Target {
         }
     }
 }
+
+/// The case `fault_lockstep` runs for `fault`: `data` decoded for the
+/// fault's variant within its capabilities.
+pub fn fault_case(fault: kvcache::fault::CacheFault, data: &[u8]) -> FuzzCase {
+    let subject = SubjectSpec::CacheFault(fault);
+    let capabilities = subject
+        .capabilities()
+        .expect("an in-process subject states its capabilities");
+    FuzzCase::decode_for(fault.variant(), data, MAX_OPS, &capabilities)
+}
+
+/// The body of `fault_lockstep`: [`fault_case`] through the lockstep driver
+/// on the cache with `fault`. `Err` holds the divergence report and the
+/// kvtrace JSON, as for the other lockstep targets.
+pub fn check_fault(fault: kvcache::fault::CacheFault, data: &[u8]) -> Result<(), String> {
+    check_lockstep_on(&fault_case(fault, data), &SubjectSpec::CacheFault(fault))
+}

@@ -41,6 +41,7 @@ pub mod lockstep;
 pub mod machine;
 pub mod minimize;
 pub mod payload;
+pub mod power;
 pub mod replay;
 pub mod scale;
 mod segments;

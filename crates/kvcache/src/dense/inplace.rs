@@ -230,3 +230,65 @@ impl InplaceOp2 for CopyBlock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    fn place(slots: usize, heads: usize, slot: usize, head: usize) -> Place {
+        Place {
+            slots,
+            heads,
+            slot,
+            head,
+        }
+    }
+
+    /// A block whose geometry claims more storage than the tensor holds is
+    /// refused before anything is copied (each factor of the size counts).
+    #[test]
+    fn copy_block_refuses_a_block_outside_its_tensor() {
+        let device = Device::Cpu;
+        // 16 elements each; the destination block claims 2 · 4 · 2 · 4 = 64.
+        let dst = Tensor::zeros((1, 2, 2, 4), candle_core::DType::F32, &device).unwrap();
+        let src = Tensor::ones((2, 1, 2, 4), candle_core::DType::F32, &device).unwrap();
+        let op = CopyBlock {
+            batch: 2,
+            len: 1,
+            head_count: 2,
+            head_dim: 4,
+            src: place(1, 2, 0, 0),
+            dst: place(4, 2, 3, 0),
+        };
+        assert!(dst.inplace_op2(&src, &op).is_err());
+        let before: Vec<f32> = dst.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(before.iter().all(|&x| x == 0.0));
+    }
+
+    /// A source that is a view starting inside its storage (a `narrow` on
+    /// the token axis) is read from its own offset, not from the storage's
+    /// first element.
+    #[test]
+    fn copy_block_reads_a_source_view_from_its_offset() {
+        let device = Device::Cpu;
+        let dst = Tensor::zeros((1, 2, 1, 2), candle_core::DType::F32, &device).unwrap();
+        let all = Tensor::arange(0f32, 8.0, &device)
+            .unwrap()
+            .reshape((1, 4, 1, 2))
+            .unwrap();
+        let src = all.narrow(1, 2, 2).unwrap();
+        let op = CopyBlock {
+            batch: 1,
+            len: 2,
+            head_count: 1,
+            head_dim: 2,
+            src: place(2, 1, 0, 0),
+            dst: place(2, 1, 0, 0),
+        };
+        dst.inplace_op2(&src, &op).unwrap();
+        let got: Vec<f32> = dst.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(got, vec![4.0, 5.0, 6.0, 7.0]);
+    }
+}

@@ -200,4 +200,26 @@ mod tests {
         assert_eq!(map.resident(), 3);
         assert_eq!(map.slot_ranges(&[0..1, 4..5]), vec![0..1, 2..3]);
     }
+
+    /// Survivors are merged into one move when their sources and
+    /// destinations are both adjacent, even across runs: the merged move
+    /// covers the rows of both pieces.
+    #[test]
+    fn remove_merges_adjacent_moves_across_runs() {
+        let mut map = SlotMap::default();
+        map.push(0..8);
+        map.remove(std::slice::from_ref(&(2..5)));
+        assert_eq!(map.runs().len(), 2);
+        let moves = map.remove(std::slice::from_ref(&(0..1)));
+        assert_eq!(
+            moves,
+            vec![Move {
+                from: 1,
+                to: 0,
+                len: 4
+            }]
+        );
+        assert_eq!(map.positions().collect::<Vec<_>>(), vec![1, 5, 6, 7]);
+        assert_eq!(map.resident(), 4);
+    }
 }

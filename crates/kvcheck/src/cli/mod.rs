@@ -7,6 +7,8 @@ mod explore;
 mod from_fuzz;
 mod merge;
 mod minimize;
+#[cfg(feature = "arbitrary")]
+mod power;
 mod replay;
 mod run;
 mod save;
@@ -87,6 +89,12 @@ enum Command {
         after_help = "Targets: dense_lockstep, packed_lockstep, model_invariants, trace_load.\n\nExamples:\n  kvcheck from-fuzz dense_lockstep fuzz/artifacts/dense_lockstep/crash-1a2b -o crash.kvtrace.json\n  kvcheck replay crash.kvtrace.json\n\nExit status: 0 written, 2 the file could not be read or decoded."
     )]
     FromFuzz(from_fuzz::Args),
+    /// Measure the engines on the zoo of realistic bugs: a table fault × engine and a kill rate.
+    #[cfg(feature = "arbitrary")]
+    #[command(
+        after_help = "Examples:\n  kvcheck power --engine explore\n  kvcheck power --engine all --time 10\n  kvcheck power --fault roll-one-short --engine fuzz --time 30 --json\n\nThe fuzz column runs `cargo fuzz run fault_lockstep` per fault (from the repository root, cargo-fuzz installed) and is skipped with a message otherwise.\nExit status: 0 every fault caught by some engine, 1 a fault escaped every engine, 2 bad arguments."
+    )]
+    Power(power::Args),
 }
 
 /// Runs the parsed command line and returns the process exit status.
@@ -102,6 +110,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Explain(args) => explain::run(args),
         #[cfg(feature = "arbitrary")]
         Command::FromFuzz(args) => from_fuzz::run(args),
+        #[cfg(feature = "arbitrary")]
+        Command::Power(args) => power::run(args),
     }
 }
 

@@ -17,7 +17,8 @@
 //! - `faults`: [`Fault`], bugs injected into the reference cache, so the
 //!   tests of the driver, the minimizer, the explainer and the explorer can
 //!   prove that they catch and shrink real failures without planting bugs in
-//!   the shipped caches.
+//!   the shipped caches. `fault:NAME` also names the zoo of
+//!   [`kvcache::fault::CacheFault`]: shipped caches with a realistic bug.
 //!
 //! Every engine opens its subject through [`Lockstep::open`], which asks
 //! for its [`Capabilities`] first, and drives it with the one lockstep
@@ -47,6 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::Device;
+use kvcache::fault::{CacheFault, FaultyCache};
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
 
@@ -72,6 +74,10 @@ pub enum SubjectSpec {
     /// The naive cache with a fault injected (`fault:NAME`): a constructed
     /// failing subject for checking the harness itself.
     Fault(Fault),
+    /// A shipped cache with a bug of the zoo (`fault:NAME`,
+    /// [`kvcache::fault::CacheFault`]): what the power of the engines is
+    /// measured on.
+    CacheFault(CacheFault),
     /// A process speaking kvcheck-subject/1 (`exec:COMMAND ARGS`); its
     /// processes are reused across cases.
     Exec(Arc<ExecSubject>),
@@ -89,6 +95,7 @@ impl PartialEq for SubjectSpec {
             | (SubjectSpec::Reference, SubjectSpec::Reference) => true,
             (SubjectSpec::Fault(a), SubjectSpec::Fault(b)) => a == b,
             (SubjectSpec::CachePath(a), SubjectSpec::CachePath(b)) => a == b,
+            (SubjectSpec::CacheFault(a), SubjectSpec::CacheFault(b)) => a == b,
             (SubjectSpec::Exec(a), SubjectSpec::Exec(b)) => Arc::ptr_eq(a, b),
             (SubjectSpec::Factory(a), SubjectSpec::Factory(b)) => a.same(b),
             _ => false,
@@ -112,13 +119,20 @@ impl SubjectSpec {
         match text {
             "cache" => Ok(SubjectSpec::Cache),
             "reference" => Ok(SubjectSpec::Reference),
-            _ => match text.strip_prefix("fault:").and_then(Fault::from_name) {
-                Some(fault) => Ok(SubjectSpec::Fault(fault)),
-                None => Err(format!(
-                    "unknown subject {text:?}: expected cache, cache:ring, cache:in-place, cache:generic, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}",
-                    Fault::ALL.map(Fault::name).join(", ")
-                )),
-            },
+            _ => {
+                let name = text.strip_prefix("fault:");
+                if let Some(fault) = name.and_then(Fault::from_name) {
+                    return Ok(SubjectSpec::Fault(fault));
+                }
+                match name.and_then(CacheFault::from_name) {
+                    Some(fault) => Ok(SubjectSpec::CacheFault(fault)),
+                    None => Err(format!(
+                        "unknown subject {text:?}: expected cache, cache:ring, cache:in-place, cache:generic, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}, {}",
+                        Fault::ALL.map(Fault::name).join(", "),
+                        CacheFault::ALL.map(CacheFault::name).join(", ")
+                    )),
+                }
+            }
         }
     }
 
@@ -165,6 +179,7 @@ impl SubjectSpec {
             },
             SubjectSpec::Reference => "reference".to_string(),
             SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
+            SubjectSpec::CacheFault(fault) => format!("fault:{}", fault.name()),
             SubjectSpec::Exec(subject) => format!("exec:{}", subject.command()),
             SubjectSpec::Factory(factory) => factory.name().to_string(),
         }
@@ -177,6 +192,10 @@ impl SubjectSpec {
             SubjectSpec::Exec(subject) => Ok(subject.hello()?.capabilities),
             SubjectSpec::Factory(factory) => Ok(factory.capabilities().clone()),
             SubjectSpec::Ring => Ok(ring_capabilities()),
+            SubjectSpec::CacheFault(fault) => Ok(Capabilities {
+                variants: vec![fault.variant()],
+                ..Capabilities::full()
+            }),
             _ => Ok(Capabilities::full()),
         }
     }
@@ -218,6 +237,9 @@ impl SubjectSpec {
                 Box::new(ReferenceCache::with_fault(config, device, *fault)?),
                 None,
             ),
+            SubjectSpec::CacheFault(fault) => {
+                (Box::new(FaultyCache::new(config, device, *fault)?), None)
+            }
             SubjectSpec::Exec(subject) => {
                 let cache = subject.open(config, device)?;
                 let link = cache.link();
@@ -238,6 +260,7 @@ impl std::fmt::Display for SubjectSpec {
             SubjectSpec::CachePath(path) => write!(f, "cache:{path}"),
             SubjectSpec::Reference => f.write_str("reference"),
             SubjectSpec::Fault(fault) => write!(f, "fault:{}", fault.name()),
+            SubjectSpec::CacheFault(fault) => write!(f, "fault:{}", fault.name()),
             SubjectSpec::Exec(subject) => write!(f, "exec:{}", subject.command()),
             SubjectSpec::Factory(factory) => f.write_str(factory.name()),
         }

@@ -1,0 +1,285 @@
+//! The power of the engines: how many bugs of the zoo
+//! ([`kvcache::fault::CacheFault`]) each engine catches, how fast, and how
+//! short the minimized counterexample is.
+//!
+//! Four engines, each with fixed seeds so a table is reproducible:
+//!
+//! - `suites`: the property suites of every profile the fault's variant
+//!   allows, at the default budgets (256 cases of at most 40 ops);
+//! - `run`: a campaign over the same profiles, round robin, until the first
+//!   divergence or the time budget;
+//! - `explore`: breadth-first exploration of a small configuration where
+//!   the fault can show ([`explore_config`]), deepening one op at a time up
+//!   to [`EXPLORE_DEPTH`];
+//! - `fuzz`: coverage-guided fuzzing of the `fault_lockstep` cargo-fuzz
+//!   target with the fault chosen by `KVCHECK_FAULT` (run by the CLI, which
+//!   owns the process; see `docs/power.md`).
+
+use std::time::{Duration, Instant};
+
+use kvcache::fault::CacheFault;
+use kvmodel::{Config, Dtype, PackedPolicy, Quant};
+use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
+
+use crate::divergence::Divergence;
+use crate::explore::Explorer;
+use crate::machine::{SuiteSettings, CASE_RUNNERS};
+use crate::minimize::minimize;
+use crate::strategy::{profile_support, PROFILES};
+use crate::subject::SubjectSpec;
+
+/// The deepest exploration the `explore` engine tries.
+pub const EXPLORE_DEPTH: usize = 4;
+
+/// Candidates the minimizer may try per catch.
+const MINIMIZE_TESTS: usize = 400;
+
+/// An engine of the power table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// The property suites at default budgets.
+    Suites,
+    /// A `kvcheck run` campaign.
+    Run,
+    /// Breadth-first exploration.
+    Explore,
+    /// Coverage-guided fuzzing of `fault_lockstep`.
+    Fuzz,
+}
+
+impl Engine {
+    /// Every engine, in table order.
+    pub const ALL: [Engine; 4] = [Engine::Suites, Engine::Run, Engine::Explore, Engine::Fuzz];
+
+    /// The name used on the command line and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Suites => "suites",
+            Engine::Run => "run",
+            Engine::Explore => "explore",
+            Engine::Fuzz => "fuzz",
+        }
+    }
+
+    /// What the engine counts until its first catch.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Engine::Suites => "profiles",
+            Engine::Run => "cases",
+            Engine::Explore => "states",
+            Engine::Fuzz => "execs",
+        }
+    }
+
+    /// Parses an engine name.
+    pub fn parse(text: &str) -> Option<Engine> {
+        Engine::ALL.into_iter().find(|e| e.name() == text)
+    }
+}
+
+/// What one engine did against one fault.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Catch {
+    /// Whether the engine found a divergence.
+    pub caught: bool,
+    /// Work until the first catch (or in all, when not caught), in the
+    /// engine's unit ([`Engine::unit`]).
+    pub work: u64,
+    /// Seconds until the first catch (or spent, when not caught).
+    pub seconds: f64,
+    /// Ops of the minimized counterexample, when there is one.
+    pub minimized_ops: Option<usize>,
+    /// The divergence in one line, or why nothing was found.
+    pub note: String,
+}
+
+impl Catch {
+    fn escaped(work: u64, started: Instant, note: impl Into<String>) -> Catch {
+        Catch {
+            caught: false,
+            work,
+            seconds: started.elapsed().as_secs_f64(),
+            minimized_ops: None,
+            note: note.into(),
+        }
+    }
+
+    fn found(work: u64, started: Instant, divergence: &Divergence, subject: &SubjectSpec) -> Catch {
+        let seconds = started.elapsed().as_secs_f64();
+        let minimized_ops = minimize(&divergence.trace, subject.clone(), MINIMIZE_TESTS)
+            .ok()
+            .map(|m| m.trace.ops.len());
+        Catch {
+            caught: true,
+            work,
+            seconds,
+            minimized_ops,
+            note: divergence.summary(),
+        }
+    }
+}
+
+/// A small configuration on which `fault` can show within
+/// [`EXPLORE_DEPTH`] ops: the explorer's configuration for it.
+pub fn explore_config(fault: CacheFault) -> Config {
+    let packed = |keep_recent_chunks, quant, sink| Config {
+        head_dim: 4,
+        sink,
+        packed: Some(PackedPolicy {
+            keep_recent_chunks,
+            quant,
+            pack_sink: false,
+        }),
+        ..Config::packed(8)
+    };
+    let sink = |capacity, sink| Config {
+        sink,
+        ..Config::dense(capacity)
+    };
+    match fault {
+        CacheFault::WindowDropsSink => Config {
+            window: Some(2),
+            ..sink(4, 1)
+        },
+        CacheFault::GrowthKeepsWindow => Config {
+            growth: true,
+            ..Config::dense(2)
+        },
+        CacheFault::HeadStartIgnored => Config {
+            heads: 2,
+            ..Config::dense(2)
+        },
+        CacheFault::PinLostOnMisalignedRoll => sink(5, 1),
+        CacheFault::PinDuplicatedInView => sink(3, 1),
+        CacheFault::RollOneShort => Config {
+            head_dim: 2,
+            ..sink(3, 1)
+        },
+        CacheFault::PackedReturnsEveryHead => Config {
+            heads: 2,
+            ..packed(1, Quant::None, 0)
+        },
+        CacheFault::KeepRecentCountsCurrent => packed(1, Quant::Int8, 0),
+        CacheFault::SinkChunkPacked => packed(0, Quant::Int8, 1),
+        CacheFault::Int4NibblesSwapped => packed(0, Quant::Int4, 0),
+        CacheFault::ScaleReciprocal => Config {
+            head_dim: 8,
+            dtype: Dtype::F32,
+            ..packed(0, Quant::Int8, 0)
+        },
+        _ => sink(3, 1),
+    }
+}
+
+/// The property suites of every profile `fault`'s variant allows, with
+/// `settings`' budgets; stops at the first profile that diverges.
+pub fn suites(fault: CacheFault, settings: &SuiteSettings) -> Catch {
+    let started = Instant::now();
+    let subject = SubjectSpec::CacheFault(fault);
+    let settings = settings.clone().with_subject(subject.clone());
+    let capabilities = match subject.capabilities() {
+        Ok(c) => c,
+        Err(e) => return Catch::escaped(0, started, e.to_string()),
+    };
+    let mut ran = 0;
+    for (profile, suite) in PROFILES.iter().zip(crate::machine::SUITES) {
+        if profile_support(profile, &capabilities).is_err() {
+            continue;
+        }
+        ran += 1;
+        if let Err(message) = suite(&settings) {
+            let first = message
+                .lines()
+                .find(|l| l.contains("divergence"))
+                .unwrap_or("");
+            return Catch {
+                caught: true,
+                work: ran,
+                seconds: started.elapsed().as_secs_f64(),
+                minimized_ops: None,
+                note: format!(
+                    "{}: {}",
+                    profile.name,
+                    first.trim_matches(|c| c == '─' || c == ' ')
+                ),
+            };
+        }
+    }
+    Catch::escaped(ran, started, "every profile passed")
+}
+
+/// A campaign over the profiles `fault`'s variant allows, round robin from
+/// `seed`, until the first divergence or `budget`.
+pub fn run(fault: CacheFault, seed: u64, budget: Duration, max_ops: usize) -> Catch {
+    let started = Instant::now();
+    let subject = SubjectSpec::CacheFault(fault);
+    let Ok(capabilities) = subject.capabilities() else {
+        return Catch::escaped(0, started, "no capabilities");
+    };
+    let selected: Vec<usize> = (0..PROFILES.len())
+        .filter(|&i| profile_support(&PROFILES[i], &capabilities).is_ok())
+        .collect();
+    let mut runners: Vec<TestRunner> = selected
+        .iter()
+        .map(|&i| {
+            TestRunner::new(ProptestConfig {
+                rng_seed: RngSeed::Fixed(seed ^ (i as u64) << 32),
+                ..ProptestConfig::default()
+            })
+        })
+        .collect();
+    let mut cases = 0u64;
+    while started.elapsed() < budget {
+        for (slot, &profile) in selected.iter().enumerate() {
+            cases += 1;
+            match CASE_RUNNERS[profile](&mut runners[slot], max_ops, &subject) {
+                Err(e) => return Catch::escaped(cases, started, e),
+                Ok(outcome) => {
+                    if let Some(divergence) = outcome.divergence {
+                        return Catch::found(cases, started, &divergence, &subject);
+                    }
+                }
+            }
+        }
+    }
+    Catch::escaped(cases, started, "time budget spent")
+}
+
+/// Breadth-first exploration of [`explore_config`], one depth at a time up
+/// to `max_depth`, within `budget`. The work counts the states of the depths
+/// explored in full before the catch (a lower bound on the states the
+/// search needed).
+pub fn explore(fault: CacheFault, max_depth: usize, budget: Duration) -> Catch {
+    let started = Instant::now();
+    let subject = SubjectSpec::CacheFault(fault);
+    let config = explore_config(fault);
+    let mut states = 0u64;
+    for depth in 1..=max_depth {
+        let left = budget.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Catch::escaped(
+                states,
+                started,
+                format!("time budget spent at depth {depth}"),
+            );
+        }
+        match Explorer::new(&config, subject.clone())
+            .depth(depth)
+            .time_limit(Some(left))
+            .run()
+        {
+            Err(divergence) => return Catch::found(states, started, &divergence, &subject),
+            Ok(report) => {
+                states += report.states;
+                if report.timed_out {
+                    return Catch::escaped(
+                        states,
+                        started,
+                        format!("time budget spent at depth {depth}"),
+                    );
+                }
+            }
+        }
+    }
+    Catch::escaped(states, started, format!("nothing up to depth {max_depth}"))
+}
