@@ -39,9 +39,9 @@ pub mod segments;
 
 pub use dense::DenseCache;
 pub use packed::PackedCache;
+pub use path::Path;
 pub use ring::RingCache;
 pub use segments::{Segment, SegmentedView, Segments};
-pub use path::Path;
 
 /// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend
