@@ -5,6 +5,8 @@
 //! the sglang 0.5.23 divergences of SPEC.md §8 and classic slot, roll,
 //! pin and quantization errors — and [`FaultyCache`] wraps a correct
 //! [`DenseCache`](crate::DenseCache) or [`PackedCache`](crate::PackedCache)
+//! (or, by [`FaultBase`], the same caches on the device-generic path, or a
+//! [`RingCache`](crate::RingCache) for dense configurations)
 //! so that it behaves exactly as an implementation with that mistake would:
 //! it changes the request the correct cache receives, the rows or positions
 //! it returns, or the state it leaves after a refusal. The harness uses the
@@ -18,9 +20,11 @@
 //! head range lag another without a second storage of its own, which would
 //! no longer be a variant of the shipped cache).
 
+mod base;
 mod cache;
 mod rows;
 
+pub use base::FaultBase;
 pub use cache::FaultyCache;
 
 use kvmodel::{Quant, Variant};

@@ -91,6 +91,16 @@ impl RingCache {
         })
     }
 
+    /// The current window `W`.
+    pub fn window(&self) -> usize {
+        self.state.window
+    }
+
+    /// The pinned positions, if any.
+    pub fn pin_range(&self) -> Option<Range<u64>> {
+        self.state.pin.clone()
+    }
+
     /// The position before `G`, if any.
     fn newest(&self) -> Option<u64> {
         self.state.global_end.checked_sub(1)

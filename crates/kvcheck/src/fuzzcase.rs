@@ -731,7 +731,19 @@ impl Target {
 /// The case `fault_lockstep` runs for `fault`: `data` decoded for the
 /// fault's variant within its capabilities.
 pub fn fault_case(fault: kvcache::fault::CacheFault, data: &[u8]) -> FuzzCase {
-    let subject = SubjectSpec::CacheFault(fault);
+    fault_case_on(fault, kvcache::fault::FaultBase::Shipped, data)
+}
+
+/// [`fault_case`] for `fault` injected into `base`: decoded within that
+/// subject's capabilities (the ring's, for [`FaultBase::Ring`]).
+///
+/// [`FaultBase::Ring`]: kvcache::fault::FaultBase::Ring
+pub fn fault_case_on(
+    fault: kvcache::fault::CacheFault,
+    base: kvcache::fault::FaultBase,
+    data: &[u8],
+) -> FuzzCase {
+    let subject = SubjectSpec::cache_fault(fault, base);
     let capabilities = subject
         .capabilities()
         .expect("an in-process subject states its capabilities");
@@ -742,5 +754,17 @@ pub fn fault_case(fault: kvcache::fault::CacheFault, data: &[u8]) -> FuzzCase {
 /// on the cache with `fault`. `Err` holds the divergence report and the
 /// kvtrace JSON, as for the other lockstep targets.
 pub fn check_fault(fault: kvcache::fault::CacheFault, data: &[u8]) -> Result<(), String> {
-    check_lockstep_on(&fault_case(fault, data), &SubjectSpec::CacheFault(fault))
+    check_fault_on(fault, kvcache::fault::FaultBase::Shipped, data)
+}
+
+/// [`check_fault`] with `fault` injected into `base`.
+pub fn check_fault_on(
+    fault: kvcache::fault::CacheFault,
+    base: kvcache::fault::FaultBase,
+    data: &[u8],
+) -> Result<(), String> {
+    check_lockstep_on(
+        &fault_case_on(fault, base, data),
+        &SubjectSpec::cache_fault(fault, base),
+    )
 }

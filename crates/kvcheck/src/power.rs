@@ -14,10 +14,15 @@
 //! - `fuzz`: coverage-guided fuzzing of the `fault_lockstep` cargo-fuzz
 //!   target with the fault chosen by `KVCHECK_FAULT` (run by the CLI, which
 //!   owns the process; see `docs/power.md`).
+//!
+//! A row of the table is a [`Target`]: a fault injected into a correct
+//! cache ([`FaultBase`]: the shipped caches, the same on the device-generic
+//! path, or the `RingCache`), or that correct cache alone — the control
+//! row, on which every engine must find nothing.
 
 use std::time::{Duration, Instant};
 
-use kvcache::fault::CacheFault;
+use kvcache::fault::{CacheFault, FaultBase};
 use kvmodel::{Config, Dtype, PackedPolicy, Quant};
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
@@ -77,8 +82,81 @@ impl Engine {
     }
 }
 
+/// What one row of the power table checks: `fault` injected into `base`,
+/// or, without a fault, `base` alone (the control row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// The bug of the zoo; `None` for the control row.
+    pub fault: Option<CacheFault>,
+    /// The correct cache underneath.
+    pub base: FaultBase,
+}
+
+impl Target {
+    /// `fault` injected into `base`.
+    pub fn fault(fault: CacheFault, base: FaultBase) -> Target {
+        Target {
+            fault: Some(fault),
+            base,
+        }
+    }
+
+    /// The correct cache `base` alone.
+    pub fn control(base: FaultBase) -> Target {
+        Target { fault: None, base }
+    }
+
+    /// The subject the engines check: the faulty cache, or for the control
+    /// row `cache`, `cache:generic` or `cache:ring`.
+    pub fn subject(&self) -> SubjectSpec {
+        match (self.fault, self.base) {
+            (Some(fault), base) => SubjectSpec::cache_fault(fault, base),
+            (None, FaultBase::Shipped) => SubjectSpec::Cache,
+            (None, FaultBase::Generic) => SubjectSpec::CachePath(kvcache::Path::Generic),
+            (None, FaultBase::Ring) => SubjectSpec::Ring,
+        }
+    }
+
+    /// The row's name: the fault's, or `control:` and the subject.
+    pub fn name(&self) -> String {
+        match self.fault {
+            Some(fault) => fault.name().to_string(),
+            None => format!("control:{}", self.subject()),
+        }
+    }
+
+    /// What the row checks, in one line.
+    pub fn doc(&self) -> String {
+        match self.fault {
+            Some(fault) => fault.doc().to_string(),
+            None => format!(
+                "the correct {} cache alone: every engine must find nothing",
+                self.base
+            ),
+        }
+    }
+
+    /// The configuration the `explore` engine searches.
+    pub fn explore_config(&self) -> Config {
+        match self.fault {
+            Some(fault) => explore_config(fault),
+            None => Config {
+                sink: 1,
+                ..Config::dense(3)
+            },
+        }
+    }
+}
+
+impl From<CacheFault> for Target {
+    /// The fault on the shipped caches.
+    fn from(fault: CacheFault) -> Target {
+        Target::fault(fault, FaultBase::Shipped)
+    }
+}
+
 /// What one engine did against one fault.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Catch {
     /// Whether the engine found a divergence.
     pub caught: bool,
@@ -171,11 +249,11 @@ pub fn explore_config(fault: CacheFault) -> Config {
     }
 }
 
-/// The property suites of every profile `fault`'s variant allows, with
+/// The property suites of every profile `target`'s subject allows, with
 /// `settings`' budgets; stops at the first profile that diverges.
-pub fn suites(fault: CacheFault, settings: &SuiteSettings) -> Catch {
+pub fn suites(target: Target, settings: &SuiteSettings) -> Catch {
     let started = Instant::now();
-    let subject = SubjectSpec::CacheFault(fault);
+    let subject = target.subject();
     let settings = settings.clone().with_subject(subject.clone());
     let capabilities = match subject.capabilities() {
         Ok(c) => c,
@@ -208,17 +286,20 @@ pub fn suites(fault: CacheFault, settings: &SuiteSettings) -> Catch {
     Catch::escaped(ran, started, "every profile passed")
 }
 
-/// A campaign over the profiles `fault`'s variant allows, round robin from
-/// `seed`, until the first divergence or `budget`.
-pub fn run(fault: CacheFault, seed: u64, budget: Duration, max_ops: usize) -> Catch {
+/// A campaign over the profiles `target`'s subject allows, round robin
+/// from `seed`, until the first divergence or `budget`.
+pub fn run(target: Target, seed: u64, budget: Duration, max_ops: usize) -> Catch {
     let started = Instant::now();
-    let subject = SubjectSpec::CacheFault(fault);
+    let subject = target.subject();
     let Ok(capabilities) = subject.capabilities() else {
         return Catch::escaped(0, started, "no capabilities");
     };
     let selected: Vec<usize> = (0..PROFILES.len())
         .filter(|&i| profile_support(&PROFILES[i], &capabilities).is_ok())
         .collect();
+    if selected.is_empty() {
+        return Catch::escaped(0, started, "no profile fits the subject");
+    }
     let mut runners: Vec<TestRunner> = selected
         .iter()
         .map(|&i| {
@@ -245,14 +326,14 @@ pub fn run(fault: CacheFault, seed: u64, budget: Duration, max_ops: usize) -> Ca
     Catch::escaped(cases, started, "time budget spent")
 }
 
-/// Breadth-first exploration of [`explore_config`], one depth at a time up
-/// to `max_depth`, within `budget`. The work counts the states of the depths
+/// Breadth-first exploration of [`Target::explore_config`], one depth at a
+/// time up to `max_depth`, within `budget`. The work counts the states of the depths
 /// explored in full before the catch (a lower bound on the states the
 /// search needed).
-pub fn explore(fault: CacheFault, max_depth: usize, budget: Duration) -> Catch {
+pub fn explore(target: Target, max_depth: usize, budget: Duration) -> Catch {
     let started = Instant::now();
-    let subject = SubjectSpec::CacheFault(fault);
-    let config = explore_config(fault);
+    let subject = target.subject();
+    let config = target.explore_config();
     let mut states = 0u64;
     for depth in 1..=max_depth {
         let left = budget.saturating_sub(started.elapsed());

@@ -51,6 +51,14 @@ fn counts(report: Report) -> Report {
             r.shards.clear();
             Report::Explore(r)
         }
+        Report::Power(mut r) => {
+            r.elapsed_s = 0.0;
+            r.shards.clear();
+            for cell in r.rows.iter_mut().flat_map(|row| &mut row.cells).flatten() {
+                cell.seconds = 0.0;
+            }
+            Report::Power(r)
+        }
     }
 }
 

@@ -46,7 +46,7 @@ fn every_fault_is_caught_by_the_property_suites() {
     let settings = default_budgets();
     let escaped: Vec<&str> = CacheFault::ALL
         .into_iter()
-        .filter(|&fault| !power::suites(fault, &settings).caught)
+        .filter(|&fault| !power::suites(fault.into(), &settings).caught)
         .map(CacheFault::name)
         .collect();
     assert!(
@@ -60,7 +60,7 @@ fn every_fault_is_caught_by_the_explorer_within_a_small_depth() {
     let escaped: Vec<String> = CacheFault::ALL
         .into_iter()
         .filter_map(|fault| {
-            let catch = power::explore(fault, EXPLORE_DEPTH, Duration::from_secs(60));
+            let catch = power::explore(fault.into(), EXPLORE_DEPTH, Duration::from_secs(60));
             (!catch.caught).then(|| format!("{}: {}", fault.name(), catch.note))
         })
         .collect();

@@ -6,8 +6,11 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 use kvmodel::{CacheError, Config, ErrorKind, Quant, Variant, Write};
 
-use super::{rows, CacheFault};
-use crate::{candle_dtype, DenseCache, Error, KvCache, Layout, PackedCache, Result, Slot, View};
+use super::{rows, CacheFault, FaultBase};
+use crate::{
+    candle_dtype, DenseCache, Error, KvCache, Layout, PackedCache, Path, Result, RingCache, Slot,
+    View,
+};
 
 /// Gaps longer than this are not filled by [`CacheFault::GapWriteAccepted`]
 /// (the correct refusal stands), so a huge start cannot allocate gigabytes.
@@ -16,6 +19,7 @@ const MAX_GAP: u64 = 4096;
 enum Inner {
     Dense(DenseCache),
     Packed(PackedCache),
+    Ring(RingCache),
 }
 
 /// A view the wrapper owns (copied out of the inner cache's storage).
@@ -74,8 +78,9 @@ impl Owned {
     }
 }
 
-/// A [`DenseCache`] or [`PackedCache`] with one [`CacheFault`]: every call
-/// goes to the correct cache, and the fault changes what a real
+/// A [`DenseCache`] or [`PackedCache`] (or a [`RingCache`], see
+/// [`FaultBase`]) with one [`CacheFault`]: every call goes to the correct
+/// cache, and the fault changes what a real
 /// implementation with that bug would change (the request, the returned
 /// rows and positions, or the state after a refusal). Ops the fault does
 /// not touch behave exactly like the shipped cache.
@@ -98,9 +103,30 @@ pub struct FaultyCache {
 impl FaultyCache {
     /// The shipped cache of `config.variant` with `fault` injected.
     pub fn new(config: &Config, device: &Device, fault: CacheFault) -> Result<FaultyCache> {
-        let inner = match config.variant {
-            Variant::Dense => Inner::Dense(DenseCache::new(config, device)?),
-            Variant::Packed => Inner::Packed(PackedCache::new(config, device)?),
+        FaultyCache::on(config, device, fault, FaultBase::Shipped)
+    }
+
+    /// The `base` cache for `config` with `fault` injected. Refuses what
+    /// the base refuses (a packed config on [`FaultBase::Ring`] with
+    /// `invalid_config`).
+    pub fn on(
+        config: &Config,
+        device: &Device,
+        fault: CacheFault,
+        base: FaultBase,
+    ) -> Result<FaultyCache> {
+        let inner = match (base, config.variant) {
+            (FaultBase::Ring, _) => Inner::Ring(RingCache::new(config, device)?),
+            (FaultBase::Shipped, Variant::Dense) => Inner::Dense(DenseCache::new(config, device)?),
+            (FaultBase::Shipped, Variant::Packed) => {
+                Inner::Packed(PackedCache::new(config, device)?)
+            }
+            (FaultBase::Generic, Variant::Dense) => {
+                Inner::Dense(DenseCache::with_path(config, device, Path::Generic)?)
+            }
+            (FaultBase::Generic, Variant::Packed) => {
+                Inner::Packed(PackedCache::with_path(config, device, Path::Generic)?)
+            }
         };
         Ok(FaultyCache {
             fault,
@@ -122,6 +148,7 @@ impl FaultyCache {
         match &self.inner {
             Inner::Dense(c) => c,
             Inner::Packed(c) => c,
+            Inner::Ring(c) => c,
         }
     }
 
@@ -129,12 +156,14 @@ impl FaultyCache {
         match &mut self.inner {
             Inner::Dense(c) => c,
             Inner::Packed(c) => c,
+            Inner::Ring(c) => c,
         }
     }
 
     fn pin_range(&self) -> Option<Range<u64>> {
         match &self.inner {
             Inner::Dense(c) => c.pin_range(),
+            Inner::Ring(c) => c.pin_range(),
             Inner::Packed(_) => None,
         }
     }
@@ -142,6 +171,7 @@ impl FaultyCache {
     fn window(&self) -> usize {
         match &self.inner {
             Inner::Dense(c) => c.window(),
+            Inner::Ring(c) => c.window(),
             Inner::Packed(_) => self.cache().config().effective_window(),
         }
     }

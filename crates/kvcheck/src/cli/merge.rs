@@ -9,8 +9,8 @@ use super::{EXIT_INPUT, EXIT_MISMATCH};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Reports written by `run --json` or `explore --grid --json`, one per
-    /// shard of the same campaign.
+    /// Reports written by `run --json`, `explore --grid --json` or
+    /// `power --json`, one per shard of the same campaign.
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Also write the merged report as JSON to this file.
@@ -69,6 +69,7 @@ pub fn run(args: Args) -> ExitCode {
     let code = match &merged {
         Report::Run(report) => super::run::print_tables(report),
         Report::Explore(summary) => super::explore::print_grid(summary, args.no_sometimes),
+        Report::Power(power) => super::power_table::print_table(power),
     };
     if absent.is_empty() {
         code

@@ -9,6 +9,7 @@ mod merge;
 mod minimize;
 #[cfg(feature = "arbitrary")]
 mod power;
+mod power_table;
 mod replay;
 mod run;
 mod save;

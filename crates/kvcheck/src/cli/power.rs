@@ -1,16 +1,31 @@
 //! `kvcheck power`: the zoo of realistic bugs against every engine.
+//!
+//! The rows (one per fault, then the control row) are checked on `--jobs`
+//! threads, one cell (row × engine) at a time per thread; every engine runs
+//! on fixed seeds of its own, so a cell does not depend on the worker that
+//! ran it, and the table comes back in row order. `--shard K/N` keeps
+//! the rows `i` with `i % N == K - 1`, and `kvcheck merge` puts the shards'
+//! `--json` reports back together.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+mod fuzzer;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvcache::fault::CacheFault;
+use kvcache::fault::{CacheFault, FaultBase};
 use kvcheck::machine::SuiteSettings;
-use kvcheck::power::{self, Catch, Engine, EXPLORE_DEPTH};
+use kvcheck::power::{self, Engine, Target, EXPLORE_DEPTH};
+use kvcheck::scale::report::{PowerReport, PowerRow, Report, REPORT_FORMAT};
+use kvcheck::scale::{default_jobs, parse_jobs, Shard};
 use kvcheck::subject::SubjectSpec;
 
-use super::{EXIT_INPUT, EXIT_MISMATCH};
+use super::power_table::{print_table, verdict};
+use super::EXIT_INPUT;
+use fuzzer::Fuzzer;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,367 +38,228 @@ pub struct Args {
     /// Only this fault (repeatable); default: the whole zoo.
     #[arg(long)]
     fault: Vec<String>,
+    /// The correct cache the faults are injected into: `shipped`
+    /// (DenseCache / PackedCache), `generic` (the same on the
+    /// device-generic path) or `ring` (RingCache; dense faults only).
+    #[arg(long, default_value = "shipped")]
+    cache: FaultBase,
+    /// Leave out the control row (the correct cache alone, on which every
+    /// engine must find nothing).
+    #[arg(long)]
+    no_control: bool,
     /// Seed of the `run` campaign and of libFuzzer.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Print the table as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(serde::Serialize)]
-struct Row {
-    fault: &'static str,
-    doc: &'static str,
-    engines: Vec<(&'static str, Option<Catch>)>,
+    /// Worker threads [default: $KVCHECK_JOBS, else every available core].
+    /// The cells are the same whatever the number of workers; only the
+    /// seconds change.
+    #[arg(long, value_parser = parse_jobs)]
+    jobs: Option<usize>,
+    /// Check only the rows of shard K of N (K/N); `kvcheck merge` combines
+    /// the shards' --json reports.
+    #[arg(long, default_value = "1/1")]
+    shard: Shard,
+    /// Write the report as JSON to this file (`-`: standard output, instead
+    /// of the table).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let engines: Vec<Engine> = match args.engine.as_str() {
-        "all" => Engine::ALL.to_vec(),
-        name => {
-            match Engine::parse(name) {
-                Some(engine) => vec![engine],
-                None => {
-                    eprintln!("error: unknown engine {name:?}: expected suites, run, explore, fuzz or all");
-                    return ExitCode::from(EXIT_INPUT);
-                }
-            }
+    match plan(&args) {
+        Ok((engines, targets)) => measure(&args, &engines, &targets),
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(EXIT_INPUT)
         }
+    }
+}
+
+/// The engines and the rows of the unsharded table, or why the arguments
+/// name nothing to measure.
+fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), String> {
+    let engines = match args.engine.as_str() {
+        "all" => Engine::ALL.to_vec(),
+        name => vec![Engine::parse(name).ok_or_else(|| {
+            format!("unknown engine {name:?}: expected suites, run, explore, fuzz or all")
+        })?],
     };
     if !(args.time.is_finite() && args.time > 0.0) {
-        eprintln!(
-            "error: --time must be a positive number of seconds, got {}",
+        return Err(format!(
+            "--time must be a positive number of seconds, got {}",
             args.time
-        );
-        return ExitCode::from(EXIT_INPUT);
+        ));
     }
     let mut faults = Vec::new();
     for name in &args.fault {
-        match CacheFault::from_name(name) {
-            Some(fault) => faults.push(fault),
-            None => {
-                eprintln!(
-                    "error: unknown fault {name:?}: expected one of {}",
-                    CacheFault::ALL.map(CacheFault::name).join(", ")
-                );
-                return ExitCode::from(EXIT_INPUT);
-            }
+        let fault = CacheFault::from_name(name).ok_or_else(|| {
+            format!(
+                "unknown fault {name:?}: expected one of {}",
+                CacheFault::ALL.map(CacheFault::name).join(", ")
+            )
+        })?;
+        if !args.cache.holds(fault.variant()) {
+            return Err(format!(
+                "fault {name:?} lives in the packed cache and --cache {} has no packed variant",
+                args.cache
+            ));
         }
+        faults.push(fault);
     }
     if faults.is_empty() {
-        faults = CacheFault::ALL.to_vec();
-    }
-    let budget = Duration::from_secs_f64(args.time);
-    let fuzz = if engines.contains(&Engine::Fuzz) {
-        match Fuzzer::prepare() {
-            Ok(fuzzer) => Some(fuzzer),
-            Err(why) => {
-                eprintln!("power: fuzz column skipped: {why}");
-                None
-            }
+        faults = CacheFault::ALL
+            .into_iter()
+            .filter(|f| args.cache.holds(f.variant()))
+            .collect();
+        if faults.len() < CacheFault::ALL.len() {
+            eprintln!(
+                "power: {} packed faults left out: --cache {} has no packed variant",
+                CacheFault::ALL.len() - faults.len(),
+                args.cache
+            );
         }
+    }
+    let mut targets: Vec<Target> = faults
+        .into_iter()
+        .map(|f| Target::fault(f, args.cache))
+        .collect();
+    if !args.no_control {
+        targets.push(Target::control(args.cache));
+    }
+    Ok((engines, targets))
+}
+
+fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> ExitCode {
+    let started = Instant::now();
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let rows: Vec<usize> = (0..targets.len())
+        .filter(|&i| args.shard.contains(i))
+        .collect();
+    let shard = if args.shard.is_all() {
+        String::new()
+    } else {
+        format!(
+            ", shard {} ({} of {} rows)",
+            args.shard,
+            rows.len(),
+            targets.len()
+        )
+    };
+    eprintln!(
+        "kvcheck power: {} rows × {} engines, cache {}, seed {}, {} s per cell, {jobs} workers{shard}",
+        targets.len(),
+        engines.len(),
+        args.cache,
+        args.seed,
+        args.time
+    );
+    let needs_fuzz =
+        engines.contains(&Engine::Fuzz) && rows.iter().any(|&i| targets[i].fault.is_some());
+    let fuzz = if needs_fuzz {
+        Fuzzer::prepare()
+            .map_err(|why| eprintln!("power: fuzz column skipped: {why}"))
+            .ok()
     } else {
         None
     };
-    let bar = ProgressBar::new((faults.len() * engines.len()) as u64);
+    let bar = ProgressBar::new((rows.len() * engines.len()) as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .expect("static template"),
     );
+    let budget = Duration::from_secs_f64(args.time);
     let settings = SuiteSettings {
         cases: 256,
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
     };
-    let mut rows = Vec::new();
-    for &fault in &faults {
-        let mut row = Row {
-            fault: fault.name(),
-            doc: fault.doc(),
-            engines: Vec::new(),
-        };
-        for &engine in &engines {
-            bar.set_message(format!("{} × {}", fault.name(), engine.name()));
-            let catch = match engine {
-                Engine::Suites => Some(power::suites(fault, &settings)),
-                Engine::Run => Some(power::run(fault, args.seed, budget, 40)),
-                Engine::Explore => Some(power::explore(fault, EXPLORE_DEPTH, budget)),
-                Engine::Fuzz => fuzz.as_ref().map(|f| f.run(fault, args.seed, budget)),
-            };
-            row.engines.push((engine.name(), catch));
-            bar.inc(1);
-        }
-        rows.push(row);
-    }
-    bar.finish_and_clear();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).expect("rows serialize")
-        );
-    } else {
-        print_table(&rows, &engines);
-    }
-    let escaped: Vec<&str> = rows
+    let cells: Vec<(usize, Engine)> = rows
         .iter()
-        .filter(|r| {
-            !r.engines
-                .iter()
-                .any(|(_, c)| c.as_ref().is_some_and(|c| c.caught))
-        })
-        .map(|r| r.fault)
+        .flat_map(|&i| engines.iter().map(move |&e| (i, e)))
         .collect();
-    if escaped.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!("power: escaped every engine: {}", escaped.join(", "));
-        ExitCode::from(EXIT_MISMATCH)
-    }
-}
-
-fn cell(engine: Engine, catch: &Option<Catch>) -> String {
-    match catch {
-        None => "skipped".to_string(),
-        Some(c) if !c.caught => format!("MISSED ({} {}, {:.1}s)", c.work, engine.unit(), c.seconds),
-        Some(c) => {
-            let minimized = c
-                .minimized_ops
-                .map_or_else(|| "-".to_string(), |n| n.to_string());
-            format!(
-                "yes {} {} {:.2}s min {}",
-                c.work,
-                engine.unit(),
-                c.seconds,
-                minimized
-            )
-        }
-    }
-}
-
-fn print_table(rows: &[Row], engines: &[Engine]) {
-    print!("| fault |");
-    for e in engines {
-        print!(" {} |", e.name());
-    }
-    println!();
-    print!("|---|");
-    for _ in engines {
-        print!("---|");
-    }
-    println!();
-    for row in rows {
-        print!("| {} |", row.fault);
-        for (engine, (_, catch)) in engines.iter().zip(&row.engines) {
-            print!(" {} |", cell(*engine, catch));
-        }
-        println!();
-    }
-    print!("| **kill rate** |");
-    for (i, _) in engines.iter().enumerate() {
-        let ran: Vec<&Catch> = rows
-            .iter()
-            .filter_map(|r| r.engines[i].1.as_ref())
-            .collect();
-        if ran.is_empty() {
-            print!(" skipped |");
-        } else {
-            let caught = ran.iter().filter(|c| c.caught).count();
-            print!(
-                " {caught}/{} ({:.0} %) |",
-                ran.len(),
-                100.0 * caught as f64 / ran.len() as f64
-            );
-        }
-    }
-    println!();
-    println!();
-    println!("cells: caught, work until the first catch, seconds, ops of the minimized counterexample (suites: shrunk by proptest, not counted)");
-}
-
-/// The `fault_lockstep` cargo-fuzz target, built once.
-struct Fuzzer {
-    toolchain: Vec<String>,
-    bootstrap: bool,
-    root: PathBuf,
-}
-
-const FUZZ_FLAGS: [&str; 4] = ["--sanitizer", "none", "--release", "--debug-assertions"];
-
-impl Fuzzer {
-    /// Finds cargo-fuzz and a toolchain that can build the target, and builds it.
-    fn prepare() -> Result<Fuzzer, String> {
-        let root = PathBuf::from(".");
-        if !root.join("fuzz/fuzz_targets/fault_lockstep.rs").exists() {
-            return Err(
-                "run from the repository root (fuzz/fuzz_targets/fault_lockstep.rs not found)"
-                    .into(),
-            );
-        }
-        let nightly = Command::new("cargo")
-            .args(["+nightly", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        let fuzzer = Fuzzer {
-            toolchain: if nightly {
-                vec!["+nightly".into()]
-            } else {
-                Vec::new()
+    let check = |&(i, engine): &(usize, Engine)| {
+        let target = targets[i];
+        let catch = match engine {
+            Engine::Suites => Some(power::suites(target, &settings)),
+            Engine::Run => Some(power::run(target, args.seed, budget, 40)),
+            Engine::Explore => Some(power::explore(target, EXPLORE_DEPTH, budget)),
+            Engine::Fuzz => match (&fuzz, target.fault) {
+                (Some(f), Some(fault)) => Some(f.run(fault, target.base, args.seed, budget)),
+                _ => None,
             },
-            bootstrap: !nightly,
-            root,
         };
-        let found = fuzzer
-            .cargo()
-            .args(["fuzz", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Err("cargo-fuzz is not installed (cargo install cargo-fuzz --locked)".into());
-        }
-        eprintln!("power: building fault_lockstep (cargo fuzz build)");
-        let out = fuzzer
-            .cargo()
-            .args(["fuzz", "build"])
-            .args(FUZZ_FLAGS)
-            .arg("fault_lockstep")
-            .output()
-            .map_err(|e| format!("cannot run cargo fuzz build: {e}"))?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
-            return Err(format!(
-                "cargo fuzz build failed:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
-        }
-        Ok(fuzzer)
-    }
-
-    fn cargo(&self) -> Command {
-        let mut cmd = Command::new("cargo");
-        cmd.args(&self.toolchain).current_dir(&self.root);
-        cmd.env_remove("RUST_BACKTRACE");
-        if self.bootstrap {
-            cmd.env("RUSTC_BOOTSTRAP", "1");
-        }
-        cmd
-    }
-
-    /// Fuzzes `fault` from an empty corpus for at most `budget`.
-    fn run(&self, fault: CacheFault, seed: u64, budget: Duration) -> Catch {
-        let started = Instant::now();
-        let scratch = std::env::temp_dir().join(format!(
-            "kvcheck-power-{}-{}",
-            std::process::id(),
-            fault.name()
-        ));
-        let _ = std::fs::remove_dir_all(&scratch);
-        if let Err(e) = std::fs::create_dir_all(&scratch) {
-            return escaped(
-                started,
-                0,
-                format!("cannot create {}: {e}", scratch.display()),
-            );
-        }
-        let out = self
-            .cargo()
-            .env("KVCHECK_FAULT", fault.name())
-            .args(["fuzz", "run"])
-            .args(FUZZ_FLAGS)
-            .arg("fault_lockstep")
-            .arg(&scratch)
-            .arg("--")
-            .arg(format!("-max_total_time={}", budget.as_secs().max(1)))
-            .arg(format!("-seed={}", seed.max(1)))
-            .arg(format!("-artifact_prefix={}/", scratch.display()))
-            .arg("-print_final_stats=1")
-            .arg("-rss_limit_mb=2048")
-            .output();
-        let seconds = started.elapsed().as_secs_f64();
-        let catch = match out {
-            Err(e) => escaped(started, 0, format!("cannot run cargo fuzz: {e}")),
-            Ok(out) => {
-                let log = String::from_utf8_lossy(&out.stderr).into_owned();
-                let execs = executed(&log);
-                match crash_file(&scratch) {
-                    Some(path) => {
-                        let minimized_ops = minimized(fault, &path);
-                        Catch {
-                            caught: true,
-                            work: execs,
-                            seconds,
-                            minimized_ops,
-                            note: format!("crash after {execs} execs"),
-                        }
-                    }
-                    None if out.status.success() => {
-                        escaped(started, execs, "time budget spent".to_string())
-                    }
-                    None => escaped(
-                        started,
-                        execs,
-                        format!(
-                            "cargo fuzz failed without a crash: {}",
-                            log.lines().last().unwrap_or("")
-                        ),
-                    ),
-                }
-            }
-        };
-        let _ = std::fs::remove_dir_all(&scratch);
+        bar.inc(1);
+        bar.set_message(format!("{} × {}", target.name(), engine.name()));
         catch
-    }
-}
-
-fn escaped(started: Instant, work: u64, note: String) -> Catch {
-    Catch {
-        caught: false,
-        work,
-        seconds: started.elapsed().as_secs_f64(),
-        minimized_ops: None,
-        note,
-    }
-}
-
-/// Execs libFuzzer reports: the final stat, else the last `#N` status line.
-fn executed(log: &str) -> u64 {
-    for line in log.lines() {
-        if let Some(n) = line.strip_prefix("stat::number_of_executed_units:") {
-            if let Ok(n) = n.trim().parse() {
-                return n;
-            }
+    };
+    let catches = in_parallel(&cells, jobs, check);
+    bar.finish_and_clear();
+    let mut catches = catches.into_iter();
+    let power = PowerReport {
+        format: REPORT_FORMAT.to_string(),
+        seed: args.seed,
+        time_s: args.time,
+        cache: args.cache.name().to_string(),
+        engines: engines.iter().map(|e| e.name().to_string()).collect(),
+        table: targets.iter().map(Target::name).collect(),
+        shards: vec![args.shard],
+        rows: rows
+            .iter()
+            .map(|&i| PowerRow {
+                index: i,
+                fault: targets[i].name(),
+                doc: targets[i].doc(),
+                control: targets[i].fault.is_none(),
+                cells: catches.by_ref().take(engines.len()).collect(),
+            })
+            .collect(),
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    let to_stdout = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if let Some(path) = &args.json {
+        let report = Report::Power(power.clone());
+        if to_stdout {
+            let text = serde_json::to_string_pretty(&report).expect("reports serialize");
+            println!("{text}");
+        } else if let Err(e) = report.save(path) {
+            eprintln!("error: cannot write the report: {e}");
+            return ExitCode::from(EXIT_INPUT);
         }
     }
-    log.lines()
-        .filter_map(|l| l.strip_prefix('#'))
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .max()
-        .unwrap_or(0)
+    if to_stdout {
+        // The table would break the JSON on standard output.
+        verdict(&power)
+    } else {
+        print_table(&power)
+    }
 }
 
-fn crash_file(dir: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("crash-"))
-        })
-}
-
-/// Ops of the minimized trace of a crash input, through the same decoder.
-fn minimized(fault: CacheFault, path: &Path) -> Option<usize> {
-    let data = std::fs::read(path).ok()?;
-    let trace = kvcheck::fuzzcase::fault_case(fault, &data).to_trace();
-    kvcheck::minimize::minimize(&trace, SubjectSpec::CacheFault(fault), 400)
-        .ok()
-        .map(|m| m.trace.ops.len())
+/// `check` of every cell on `jobs` threads, results in cell order. Workers
+/// take the next cell from one counter. Plain scoped threads rather than a
+/// rayon pool: a rayon worker waiting for the explorer's own pool steals
+/// other cells meanwhile, which would charge one cell's seconds and time
+/// budget with another cell's work.
+fn in_parallel<C: Sync, T: Send>(
+    cells: &[C],
+    jobs: usize,
+    check: impl Fn(&C) -> T + Sync,
+) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, T)>> = Mutex::new(Vec::with_capacity(cells.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, cells.len().max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(cell) = cells.get(i) else { break };
+                let result = check(cell);
+                done.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((i, result));
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, t)| t).collect()
 }

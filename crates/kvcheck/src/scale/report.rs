@@ -1,10 +1,12 @@
-//! JSON reports of `run` and `explore` (`--json FILE`) and their merge.
+//! JSON reports of `run`, `explore` and `power` (`--json FILE`) and their
+//! merge.
 //!
 //! A report holds the counts a table is printed from, never rates alone,
 //! so that [`Report::merge`] of the shards of a campaign gives the totals
 //! one unsharded run prints: cases, ops, states and event counts add up,
-//! missing events are computed again from the merged coverage, and wall
-//! time is the longest shard's (shards run side by side).
+//! missing events are computed again from the merged coverage, the rows of
+//! a power table are put back in fault order, and wall time is the longest
+//! shard's (shards run side by side).
 
 use std::path::Path;
 
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Shard;
 use crate::coverage::Coverage;
+use crate::power::Catch;
 
 /// The version tag of the report format.
 pub const REPORT_FORMAT: &str = "kvcheck-report/1";
@@ -24,6 +27,92 @@ pub enum Report {
     Run(RunReport),
     /// `kvcheck explore` (one config or a grid).
     Explore(ExploreSummary),
+    /// `kvcheck power` (the zoo against the engines).
+    Power(PowerReport),
+}
+
+/// What `kvcheck power` measured: one row per fault (and the control row),
+/// one cell per engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PowerReport {
+    /// [`REPORT_FORMAT`].
+    pub format: String,
+    /// Seed of the `run` campaigns and of libFuzzer.
+    pub seed: u64,
+    /// Seconds each engine may spend on one row.
+    pub time_s: f64,
+    /// The correct cache the faults are injected into (`shipped`,
+    /// `generic` or `ring`).
+    pub cache: String,
+    /// Engine names, in column order.
+    pub engines: Vec<String>,
+    /// The names of every row of the unsharded table, in order (what the
+    /// row indices refer to).
+    pub table: Vec<String>,
+    /// The shards this report covers.
+    pub shards: Vec<Shard>,
+    /// The rows this report covers, in table order.
+    pub rows: Vec<PowerRow>,
+    /// Wall time in seconds (the longest shard's once merged).
+    pub elapsed_s: f64,
+}
+
+/// One row of the power table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PowerRow {
+    /// Index in the unsharded table (what `--shard` partitions).
+    pub index: usize,
+    /// The fault's name, or `control:SUBJECT`.
+    pub fault: String,
+    /// What the row checks, in one line.
+    pub doc: String,
+    /// Whether this is the control row (a catch is a false positive).
+    pub control: bool,
+    /// One cell per engine of [`PowerReport::engines`]; `None`: skipped.
+    pub cells: Vec<Option<Catch>>,
+}
+
+impl PowerRow {
+    /// Whether some engine that ran found a divergence.
+    pub fn caught(&self) -> bool {
+        self.cells.iter().flatten().any(|c| c.caught)
+    }
+}
+
+impl PowerReport {
+    /// The faults no engine caught (control rows excluded).
+    pub fn escaped(&self) -> Vec<&str> {
+        self.rows
+            .iter()
+            .filter(|r| !r.control && !r.caught())
+            .map(|r| r.fault.as_str())
+            .collect()
+    }
+
+    /// The control rows some engine diverged on: false positives.
+    pub fn false_positives(&self) -> Vec<&str> {
+        self.rows
+            .iter()
+            .filter(|r| r.control && r.caught())
+            .map(|r| r.fault.as_str())
+            .collect()
+    }
+
+    /// Per engine: faults caught and faults it ran on (control rows and
+    /// skipped cells excluded).
+    pub fn kill_rates(&self) -> Vec<(usize, usize)> {
+        (0..self.engines.len())
+            .map(|i| {
+                let ran: Vec<&Catch> = self
+                    .rows
+                    .iter()
+                    .filter(|r| !r.control)
+                    .filter_map(|r| r.cells.get(i)?.as_ref())
+                    .collect();
+                (ran.iter().filter(|c| c.caught).count(), ran.len())
+            })
+            .collect()
+    }
 }
 
 /// What `kvcheck run` checked.
@@ -227,6 +316,7 @@ impl Report {
         let format = match &report {
             Report::Run(r) => &r.format,
             Report::Explore(r) => &r.format,
+            Report::Power(r) => &r.format,
         };
         if format != REPORT_FORMAT {
             return Err(ReportError::Format {
@@ -252,12 +342,13 @@ impl Report {
         match self {
             Report::Run(r) => &r.shards,
             Report::Explore(r) => &r.shards,
+            Report::Power(r) => &r.shards,
         }
     }
 
     /// Combines the reports of the shards of one campaign: same command,
-    /// same seed (run) or depth (explore), same shard count, no shard
-    /// twice. The result has the totals one unsharded run prints when
+    /// same seed (run), depth (explore) or seed, budget, cache and engines
+    /// (power), same shard count, no shard twice. The result has the totals one unsharded run prints when
     /// every shard is present.
     pub fn merge(reports: Vec<Report>) -> Result<Report, ReportError> {
         let mut reports = reports.into_iter();
@@ -266,10 +357,13 @@ impl Report {
             match (&mut merged, next) {
                 (Report::Run(a), Report::Run(b)) => merge_run(a, b)?,
                 (Report::Explore(a), Report::Explore(b)) => merge_explore(a, b)?,
-                _ => {
-                    return Err(ReportError::Mismatch(
-                        "a run report and an explore report".into(),
-                    ))
+                (Report::Power(a), Report::Power(b)) => merge_power(a, b)?,
+                (a, b) => {
+                    return Err(ReportError::Mismatch(format!(
+                        "a {} report and a {} report",
+                        a.command(),
+                        b.command()
+                    )))
                 }
             }
         }
@@ -279,8 +373,21 @@ impl Report {
                 r.shards.sort_by_key(|s| s.index);
                 r.configs.sort_by_key(|c| c.index);
             }
+            Report::Power(r) => {
+                r.shards.sort_by_key(|s| s.index);
+                r.rows.sort_by_key(|row| row.index);
+            }
         }
         Ok(merged)
+    }
+
+    /// The command that wrote the report: `run`, `explore` or `power`.
+    pub fn command(&self) -> &'static str {
+        match self {
+            Report::Run(_) => "run",
+            Report::Explore(_) => "explore",
+            Report::Power(_) => "power",
+        }
     }
 }
 
@@ -346,5 +453,43 @@ fn merge_explore(a: &mut ExploreSummary, b: ExploreSummary) -> Result<(), Report
         (Some(x), Some(y)) => Some(if y.index < x.index { y } else { x }),
         (x, y) => x.or(y),
     };
+    Ok(())
+}
+
+fn merge_power(a: &mut PowerReport, b: PowerReport) -> Result<(), ReportError> {
+    if (a.seed, a.time_s, &a.cache, &a.engines) != (b.seed, b.time_s, &b.cache, &b.engines) {
+        return Err(ReportError::Mismatch(format!(
+            "power reports of different campaigns (seed {} vs {}, time {} s vs {} s, cache {} vs {}, engines {} vs {})",
+            a.seed,
+            b.seed,
+            a.time_s,
+            b.time_s,
+            a.cache,
+            b.cache,
+            a.engines.join(","),
+            b.engines.join(",")
+        )));
+    }
+    if a.table != b.table {
+        return Err(ReportError::Mismatch(format!(
+            "power reports of different tables ({} vs {})",
+            a.table.join(","),
+            b.table.join(",")
+        )));
+    }
+    check_shards(&a.shards, &b.shards)?;
+    if let Some(row) = b
+        .rows
+        .iter()
+        .find(|r| a.rows.iter().any(|q| q.index == r.index))
+    {
+        return Err(ReportError::Mismatch(format!(
+            "row {} ({}) appears in two reports",
+            row.index, row.fault
+        )));
+    }
+    a.shards.extend(b.shards);
+    a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
+    a.rows.extend(b.rows);
     Ok(())
 }

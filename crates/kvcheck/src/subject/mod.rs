@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::Device;
-use kvcache::fault::{CacheFault, FaultyCache};
+use kvcache::fault::{CacheFault, FaultBase, FaultyCache};
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
 
@@ -78,6 +78,12 @@ pub enum SubjectSpec {
     /// [`kvcache::fault::CacheFault`]): what the power of the engines is
     /// measured on.
     CacheFault(CacheFault),
+    /// A bug of the zoo injected into another correct cache
+    /// (`fault:NAME@generic`, `fault:NAME@ring`): the same fault on the
+    /// device-generic path or on the `RingCache`. Never built with
+    /// [`FaultBase::Shipped`] (that is [`SubjectSpec::CacheFault`]); use
+    /// [`SubjectSpec::cache_fault`].
+    CacheFaultOn(CacheFault, FaultBase),
     /// A process speaking kvcheck-subject/1 (`exec:COMMAND ARGS`); its
     /// processes are reused across cases.
     Exec(Arc<ExecSubject>),
@@ -95,7 +101,7 @@ impl PartialEq for SubjectSpec {
             | (SubjectSpec::Reference, SubjectSpec::Reference) => true,
             (SubjectSpec::Fault(a), SubjectSpec::Fault(b)) => a == b,
             (SubjectSpec::CachePath(a), SubjectSpec::CachePath(b)) => a == b,
-            (SubjectSpec::CacheFault(a), SubjectSpec::CacheFault(b)) => a == b,
+            (a, b) if a.zoo_fault().is_some() => a.zoo_fault() == b.zoo_fault(),
             (SubjectSpec::Exec(a), SubjectSpec::Exec(b)) => Arc::ptr_eq(a, b),
             (SubjectSpec::Factory(a), SubjectSpec::Factory(b)) => a.same(b),
             _ => false,
@@ -104,8 +110,27 @@ impl PartialEq for SubjectSpec {
 }
 
 impl SubjectSpec {
+    /// The subject of `fault` injected into `base`.
+    pub fn cache_fault(fault: CacheFault, base: FaultBase) -> SubjectSpec {
+        match base {
+            FaultBase::Shipped => SubjectSpec::CacheFault(fault),
+            base => SubjectSpec::CacheFaultOn(fault, base),
+        }
+    }
+
+    /// The bug of the zoo and its base, for a zoo subject.
+    pub fn zoo_fault(&self) -> Option<(CacheFault, FaultBase)> {
+        match self {
+            SubjectSpec::CacheFault(fault) => Some((*fault, FaultBase::Shipped)),
+            SubjectSpec::CacheFaultOn(fault, base) => Some((*fault, *base)),
+            _ => None,
+        }
+    }
+
     /// Parses `cache`, `cache:ring` (or `ring`), `cache:in-place`,
-    /// `cache:generic`, `reference`, `fault:NAME` or `exec:COMMAND ARGS`.
+    /// `cache:generic`, `reference`, `fault:NAME`, `fault:NAME@BASE` (a
+    /// fault of the zoo on `shipped`, `generic` or `ring`) or
+    /// `exec:COMMAND ARGS`.
     pub fn parse(text: &str) -> Result<SubjectSpec, String> {
         if let Some(command) = text.strip_prefix("exec:") {
             return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
@@ -123,6 +148,21 @@ impl SubjectSpec {
                 let name = text.strip_prefix("fault:");
                 if let Some(fault) = name.and_then(Fault::from_name) {
                     return Ok(SubjectSpec::Fault(fault));
+                }
+                if let Some((fault, base)) = name.and_then(|n| n.split_once('@')) {
+                    let base: FaultBase = base.parse()?;
+                    let fault = CacheFault::from_name(fault).ok_or_else(|| {
+                        format!(
+                            "unknown fault {fault:?} in {text:?}: expected one of {}",
+                            CacheFault::ALL.map(CacheFault::name).join(", ")
+                        )
+                    })?;
+                    if !base.holds(fault.variant()) {
+                        return Err(format!(
+                            "{text:?}: {fault} is a packed fault and the ring has no packed variant"
+                        ));
+                    }
+                    return Ok(SubjectSpec::cache_fault(fault, base));
                 }
                 match name.and_then(CacheFault::from_name) {
                     Some(fault) => Ok(SubjectSpec::CacheFault(fault)),
@@ -180,6 +220,7 @@ impl SubjectSpec {
             SubjectSpec::Reference => "reference".to_string(),
             SubjectSpec::Fault(fault) => format!("fault:{}", fault.name()),
             SubjectSpec::CacheFault(fault) => format!("fault:{}", fault.name()),
+            SubjectSpec::CacheFaultOn(fault, base) => format!("fault:{}@{base}", fault.name()),
             SubjectSpec::Exec(subject) => format!("exec:{}", subject.command()),
             SubjectSpec::Factory(factory) => factory.name().to_string(),
         }
@@ -192,10 +233,18 @@ impl SubjectSpec {
             SubjectSpec::Exec(subject) => Ok(subject.hello()?.capabilities),
             SubjectSpec::Factory(factory) => Ok(factory.capabilities().clone()),
             SubjectSpec::Ring => Ok(ring_capabilities()),
-            SubjectSpec::CacheFault(fault) => Ok(Capabilities {
-                variants: vec![fault.variant()],
-                ..Capabilities::full()
-            }),
+            SubjectSpec::CacheFault(fault)
+            | SubjectSpec::CacheFaultOn(fault, FaultBase::Shipped | FaultBase::Generic) => {
+                Ok(Capabilities {
+                    variants: vec![fault.variant()],
+                    ..Capabilities::full()
+                })
+            }
+            SubjectSpec::CacheFaultOn(fault, FaultBase::Ring) => {
+                let mut capabilities = ring_capabilities();
+                capabilities.variants.retain(|v| *v == fault.variant());
+                Ok(capabilities)
+            }
             _ => Ok(Capabilities::full()),
         }
     }
@@ -240,6 +289,10 @@ impl SubjectSpec {
             SubjectSpec::CacheFault(fault) => {
                 (Box::new(FaultyCache::new(config, device, *fault)?), None)
             }
+            SubjectSpec::CacheFaultOn(fault, base) => (
+                Box::new(FaultyCache::on(config, device, *fault, *base)?),
+                None,
+            ),
             SubjectSpec::Exec(subject) => {
                 let cache = subject.open(config, device)?;
                 let link = cache.link();
@@ -261,6 +314,7 @@ impl std::fmt::Display for SubjectSpec {
             SubjectSpec::Reference => f.write_str("reference"),
             SubjectSpec::Fault(fault) => write!(f, "fault:{}", fault.name()),
             SubjectSpec::CacheFault(fault) => write!(f, "fault:{}", fault.name()),
+            SubjectSpec::CacheFaultOn(fault, base) => write!(f, "fault:{}@{base}", fault.name()),
             SubjectSpec::Exec(subject) => write!(f, "exec:{}", subject.command()),
             SubjectSpec::Factory(factory) => f.write_str(factory.name()),
         }
