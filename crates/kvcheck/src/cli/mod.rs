@@ -51,7 +51,7 @@ enum Command {
     Run(run::Args),
     /// Combine the --json reports of a campaign's shards into one table.
     #[command(
-        after_help = "Examples:\n  kvcheck run --seed 7 --cases 500 --shard 1/2 --json run-1.json\n  kvcheck run --seed 7 --cases 500 --shard 2/2 --json run-2.json\n  kvcheck merge run-1.json run-2.json\n  kvcheck merge explore-*.json --json merged.json\n\nThe totals are those one unsharded run prints.\nExit status: 0 no divergence or discovery, 1 a divergence, a missing event or an absent shard, 2 unreadable or mismatched reports."
+        after_help = "Examples:\n  kvcheck run --seed 7 --cases 500 --shard 1/2 --json run-1.json\n  kvcheck run --seed 7 --cases 500 --shard 2/2 --json run-2.json\n  kvcheck merge run-1.json run-2.json\n  kvcheck merge explore-*.json --json merged.json\n  kvcheck merge power-1.json power-2.json\n\nThe totals are those one unsharded run prints.\nExit status: 0 no divergence or discovery, 1 a divergence, a missing event, an escaped fault or false positive (power) or an absent shard, 2 unreadable or mismatched reports."
     )]
     Merge(merge::Args),
     /// Replay traces through the model and every cache that supports their variant.
@@ -93,7 +93,7 @@ enum Command {
     /// Measure the engines on the zoo of realistic bugs: a table fault × engine and a kill rate.
     #[cfg(feature = "arbitrary")]
     #[command(
-        after_help = "Examples:\n  kvcheck power --engine explore\n  kvcheck power --engine all --time 10\n  kvcheck power --fault roll-one-short --engine fuzz --time 30 --json\n\nThe fuzz column runs `cargo fuzz run fault_lockstep` per fault (from the repository root, cargo-fuzz installed) and is skipped with a message otherwise.\nExit status: 0 every fault caught by some engine, 1 a fault escaped every engine, 2 bad arguments."
+        after_help = "Examples:\n  kvcheck power --engine explore\n  kvcheck power --engine all --time 10 --jobs 8\n  kvcheck power --cache ring --engine explore\n  kvcheck power --fault roll-one-short --engine fuzz --time 30 --json -\n  kvcheck power --seed 1 --shard 2/4 --json power-2.json\n\nThe fuzz column runs `cargo fuzz run fault_lockstep` per fault (from the repository root, cargo-fuzz installed) and is skipped with a message otherwise.\nThe last row is the correct cache alone (the control row): any divergence there is a false positive.\nExit status: 0 every fault caught by some engine and the control row clean, 1 a fault escaped every engine or a false positive, 2 bad arguments."
     )]
     Power(power::Args),
 }
@@ -130,7 +130,8 @@ pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, ExitC
 pub struct SubjectArgs {
     /// What to check against the model: `cache` (the shipped cache for the
     /// trace's variant), `cache:ring` (the shipped RingCache, dense traces),
-    /// `reference` (the naive cache), `fault:NAME`, or
+    /// `reference` (the naive cache), `fault:NAME` (a fault of the zoo may
+    /// name its cache: `fault:NAME@generic`, `fault:NAME@ring`), or
     /// `exec:'COMMAND ARGS'` (a process speaking kvcheck-subject/1, see
     /// docs/subject-protocol.md).
     #[arg(long, default_value = "cache")]
