@@ -252,4 +252,24 @@ fn power_json_on_standard_output_is_the_report_alone() {
     assert_eq!(report.cache, "shipped");
     assert_eq!(report.rows.len(), 1);
     assert!(report.rows[0].caught());
+    // A list of engines gives those columns, in that order, once each.
+    let (code, out, err) = kvcheck(&[
+        "power",
+        "--engine",
+        "explore,suites,explore",
+        "--fault",
+        "gap-write-accepted",
+        "--no-control",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let Report::Power(report) = serde_json::from_str(&out).unwrap() else {
+        panic!("a power report")
+    };
+    assert_eq!(report.engines, ["explore", "suites"]);
+    assert!(report.rows[0]
+        .cells
+        .iter()
+        .all(|c| c.as_ref().unwrap().caught));
 }

@@ -29,7 +29,8 @@ use fuzzer::Fuzzer;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// `suites`, `run`, `explore`, `fuzz` or `all`.
+    /// `suites`, `run`, `explore`, `fuzz`, `all`, or a comma-separated
+    /// list of them (columns in that order).
     #[arg(long, default_value = "all")]
     engine: String,
     /// Seconds each engine may spend on one fault (run, explore, fuzz).
@@ -78,12 +79,20 @@ pub fn run(args: Args) -> ExitCode {
 /// The engines and the rows of the unsharded table, or why the arguments
 /// name nothing to measure.
 fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), String> {
-    let engines = match args.engine.as_str() {
-        "all" => Engine::ALL.to_vec(),
-        name => vec![Engine::parse(name).ok_or_else(|| {
-            format!("unknown engine {name:?}: expected suites, run, explore, fuzz or all")
-        })?],
-    };
+    let mut engines = Vec::new();
+    for name in args.engine.split(',').map(str::trim) {
+        let named = match name {
+            "all" => Engine::ALL.to_vec(),
+            name => vec![Engine::parse(name).ok_or_else(|| {
+                format!("unknown engine {name:?}: expected suites, run, explore, fuzz or all (or a comma-separated list)")
+            })?],
+        };
+        for engine in named {
+            if !engines.contains(&engine) {
+                engines.push(engine);
+            }
+        }
+    }
     if !(args.time.is_finite() && args.time > 0.0) {
         return Err(format!(
             "--time must be a positive number of seconds, got {}",
