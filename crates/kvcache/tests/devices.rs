@@ -1,36 +1,61 @@
 //! Every available device runs the vectors and a short rolling suite per
 //! profile, op by op against the CPU's in-place cache: same outcomes, same
-//! view positions, bit-identical view tensors.
+//! view positions, bit-identical view tensors. Two implementations run on
+//! each device: the dense or packed cache on its generic path, and (for
+//! dense configurations) the `RingCache`, built from generic candle ops.
 //!
 //! Devices: the CPU always (with the generic path forced, since its default
 //! is the in-place path the comparison starts from); CUDA device 0 when the
 //! `cuda` feature is on and a device opens, skipped with a message
 //! otherwise. `for_each_device!` expands one test per device.
 
+mod device;
+
+use std::fmt;
 use std::path::Path as FsPath;
 
 use candle_core::{DType, Device, Tensor};
-use kvcache::{DenseCache, KvCache, PackedCache, Path};
+use kvcache::{DenseCache, KvCache, PackedCache, Path, RingCache};
 use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant, Variant, Write};
 
-/// The device named `name` with the path it runs, or why it is skipped.
-fn device(name: &str) -> Result<(Device, Path), String> {
-    match name {
-        "cpu" => Ok((Device::Cpu, Path::Generic)),
-        #[cfg(feature = "cuda")]
-        "cuda" => Device::new_cuda(0)
-            .map(|d| (d, Path::Generic))
-            .map_err(|e| format!("no CUDA device 0: {e}")),
-        #[cfg(not(feature = "cuda"))]
-        "cuda" => Err("built without the `cuda` feature".to_string()),
-        other => Err(format!("unknown device {other}")),
+/// The implementation replayed on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Subject {
+    /// `DenseCache` or `PackedCache` (by the config's variant) on a path.
+    Cache(Path),
+    /// `RingCache` (dense configurations only).
+    Ring,
+}
+
+impl Subject {
+    /// Whether the subject implements `config`'s variant.
+    fn runs(self, config: &Config) -> bool {
+        self != Subject::Ring || config.variant == Variant::Dense
     }
 }
 
-fn open(config: &Config, device: &Device, path: Path) -> Box<dyn KvCache> {
-    match config.variant {
-        Variant::Dense => Box::new(DenseCache::with_path(config, device, path).unwrap()),
-        Variant::Packed => Box::new(PackedCache::with_path(config, device, path).unwrap()),
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Cache(path) => write!(f, "cache ({path} path)"),
+            Subject::Ring => f.write_str("ring"),
+        }
+    }
+}
+
+/// What each device runs: the generic path of the dense and packed caches,
+/// then the ring.
+const SUBJECTS: [Subject; 2] = [Subject::Cache(Path::Generic), Subject::Ring];
+
+fn open(config: &Config, device: &Device, subject: Subject) -> Box<dyn KvCache> {
+    match (subject, config.variant) {
+        (Subject::Ring, _) => Box::new(RingCache::new(config, device).unwrap()),
+        (Subject::Cache(path), Variant::Dense) => {
+            Box::new(DenseCache::with_path(config, device, path).unwrap())
+        }
+        (Subject::Cache(path), Variant::Packed) => {
+            Box::new(PackedCache::with_path(config, device, path).unwrap())
+        }
     }
 }
 
@@ -85,9 +110,11 @@ fn apply(cache: &mut dyn KvCache, device: &Device, index: u64, op: &Op) -> Seen 
     match op {
         Op::Write(w) => {
             let config = cache.config().clone();
+            // `heads` is `[first, count]`; a bad range is refused before
+            // the payload is looked at, so its size then does not matter.
             let heads = w
                 .heads
-                .map_or(config.heads, |[a, b]| (b - a).max(0) as usize);
+                .map_or(config.heads, |[_, count]| count.max(0) as usize);
             let len = w.len.clamp(0, 4096) as usize;
             let k = payload(&config, index, len, heads, 0)
                 .to_device(device)
@@ -114,9 +141,9 @@ fn apply(cache: &mut dyn KvCache, device: &Device, index: u64, op: &Op) -> Seen 
 
 /// Runs `ops` on the device and on the CPU's in-place cache; the first
 /// difference is an error naming the op.
-fn lockstep(config: &Config, device: &Device, path: Path, ops: &[Op]) -> Result<(), String> {
-    let mut subject = open(config, device, path);
-    let mut reference = open(config, &Device::Cpu, Path::InPlace);
+fn lockstep(config: &Config, device: &Device, subject: Subject, ops: &[Op]) -> Result<(), String> {
+    let mut reference = open(config, &Device::Cpu, Subject::Cache(Path::InPlace));
+    let mut subject = open(config, device, subject);
     for (i, op) in ops.iter().enumerate() {
         let got = apply(subject.as_mut(), device, i as u64, op);
         let want = apply(reference.as_mut(), &Device::Cpu, i as u64, op);
@@ -264,7 +291,7 @@ fn rolling_ops() -> Vec<Op> {
         g += 3;
     }
     ops.push(write(g - 3, 3, None));
-    ops.push(write(g, 2, Some([1, 2])));
+    ops.push(write(g, 2, Some([1, 1])));
     g += 2;
     ops.push(Op::Pin { tokens: 4 });
     ops.push(write(g, 3, None));
@@ -282,28 +309,36 @@ fn rolling_ops() -> Vec<Op> {
 }
 
 fn check_device(name: &str) {
-    let (device, path) = match device(name) {
+    let device = match device::open(name) {
         Ok(found) => found,
         Err(why) => {
             eprintln!("device {name}: skipped ({why})");
             return;
         }
     };
-    let mut failures = Vec::new();
     let vectors = vectors();
     assert!(vectors.len() >= 21, "found {} vectors", vectors.len());
-    for (file, config, ops) in &vectors {
-        if let Err(e) = lockstep(config, &device, path, ops) {
-            failures.push(format!("{name} vector {file}: {e}"));
+    let mut failures = Vec::new();
+    for subject in SUBJECTS {
+        let (mut traces, mut profiles_run) = (0, 0);
+        for (file, config, ops) in vectors.iter().filter(|(_, c, _)| subject.runs(c)) {
+            traces += 1;
+            if let Err(e) = lockstep(config, &device, subject, ops) {
+                failures.push(format!("{name} {subject} vector {file}: {e}"));
+            }
         }
-    }
-    for (profile, config) in profiles() {
-        if let Err(e) = lockstep(&config, &device, path, &rolling_ops()) {
-            failures.push(format!("{name} profile {profile}: {e}"));
+        for (profile, config) in profiles().into_iter().filter(|(_, c)| subject.runs(c)) {
+            profiles_run += 1;
+            if let Err(e) = lockstep(&config, &device, subject, &rolling_ops()) {
+                failures.push(format!("{name} {subject} profile {profile}: {e}"));
+            }
         }
+        println!(
+            "device {name} {subject}: {traces} vectors and {profiles_run} profiles replayed against the CPU in-place cache"
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    println!("device {name} ({path} path): {} vectors and {} profiles bit-identical to the CPU in-place cache", vectors.len(), profiles().len());
+    println!("device {name}: every subject bit-identical to the CPU in-place cache");
 }
 
 /// One test per device name.
