@@ -22,7 +22,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use candle_core::Device;
 use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant, Write};
 
-use crate::lockstep::Lockstep;
+use crate::lockstep::{Lockstep, ValueCheck};
 use crate::replay::replay;
 use crate::subject::{Capabilities, Feature, OpKind, SubjectSpec};
 use crate::trace::Trace;
@@ -468,15 +468,34 @@ fn encode_op(op: &Op, cursor: &Cursor) -> [u8; OP_BYTES] {
 /// path (`cache:generic`, the code a GPU runs). `Err` holds the divergence
 /// report and the kvtrace JSON.
 pub fn check_lockstep(case: &FuzzCase) -> Result<(), String> {
-    check_lockstep_on(case, &SubjectSpec::Cache)?;
-    check_lockstep_on(case, &SubjectSpec::CachePath(kvcache::Path::Generic))
+    check_lockstep_with(case, ValueCheck::default())
+}
+
+/// [`check_lockstep`] comparing views with `value_check`.
+pub fn check_lockstep_with(case: &FuzzCase, value_check: ValueCheck) -> Result<(), String> {
+    check_subject_with(case, &SubjectSpec::Cache, value_check)?;
+    check_subject_with(
+        case,
+        &SubjectSpec::CachePath(kvcache::Path::Generic),
+        value_check,
+    )
 }
 
 /// [`check_lockstep`] on `subject` (decode the case with
 /// [`FuzzCase::decode_for`] and the subject's capabilities).
 pub fn check_lockstep_on(case: &FuzzCase, subject: &SubjectSpec) -> Result<(), String> {
+    check_subject_with(case, subject, ValueCheck::default())
+}
+
+/// [`check_lockstep_on`] comparing views with `value_check`.
+pub fn check_subject_with(
+    case: &FuzzCase,
+    subject: &SubjectSpec,
+    value_check: ValueCheck,
+) -> Result<(), String> {
     let mut run = Lockstep::open(&case.config, subject, &Device::Cpu)
         .map_err(|e| format!("setup failed for a valid config: {e}"))?;
+    run.set_value_check(value_check);
     run.run(&case.ops)
         .map_err(|d| format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json()))
 }
@@ -699,13 +718,24 @@ impl Target {
 
     /// Runs the target's body on `data`.
     pub fn check(self, data: &[u8]) -> Result<(), String> {
+        self.check_with(data, ValueCheck::default())
+    }
+
+    /// [`Target::check`] with the lockstep targets comparing views with
+    /// `value_check` (the other targets ignore it).
+    pub fn check_with(self, data: &[u8], value_check: ValueCheck) -> Result<(), String> {
         match self {
-            Target::DenseLockstep => check_lockstep(&FuzzCase::from_bytes(Variant::Dense, data)),
-            Target::RingLockstep => check_lockstep_on(
+            Target::DenseLockstep => {
+                check_lockstep_with(&FuzzCase::from_bytes(Variant::Dense, data), value_check)
+            }
+            Target::RingLockstep => check_subject_with(
                 &FuzzCase::from_bytes(Variant::Dense, data),
                 &SubjectSpec::Ring,
+                value_check,
             ),
-            Target::PackedLockstep => check_lockstep(&FuzzCase::from_bytes(Variant::Packed, data)),
+            Target::PackedLockstep => {
+                check_lockstep_with(&FuzzCase::from_bytes(Variant::Packed, data), value_check)
+            }
             Target::ModelInvariants => check_model_invariants(&FuzzCase::from_model_bytes(data)),
             Target::TraceLoad => check_trace_load(data),
         }
