@@ -42,9 +42,51 @@ struct Part<'a> {
     elements: Elements<'a>,
     start: usize,
     stride: [usize; 4],
+    /// Rows (positions) in the segment.
+    len: usize,
 }
 
 impl Part<'_> {
+    /// Appends the f32 bits of every element of batch row `b`, `[len,
+    /// heads, D]` row-major, to `out`: one block copy when the segment's
+    /// rows of one batch row are contiguous (a view of all heads), row by
+    /// row otherwise. `false` when the layout points outside the storage.
+    fn batch_into(&self, b: usize, heads: usize, dims: usize, out: &mut Vec<u32>) -> bool {
+        let [s0, s1, s2, s3] = self.stride;
+        let block = self.len * heads * dims;
+        if block == 0 {
+            return true;
+        }
+        let contiguous = (dims == 1 || s3 == 1)
+            && (heads == 1 || s2 == dims)
+            && (self.len == 1 || s1 == heads * dims);
+        if !contiguous {
+            for t in 0..self.len {
+                for h in 0..heads {
+                    if !self.row_into(b, t, h, dims, out) {
+                        return false;
+                    }
+                }
+            }
+            return true;
+        }
+        let base = self.start + b * s0;
+        let range = base..base + block;
+        match self.elements {
+            Elements::F32(e) if range.end <= e.len() => {
+                out.extend(e[range].iter().map(|x| x.to_bits()))
+            }
+            Elements::F16(e) if range.end <= e.len() => {
+                out.extend(e[range].iter().map(|x| x.to_f32().to_bits()))
+            }
+            Elements::Bf16(e) if range.end <= e.len() => {
+                out.extend(e[range].iter().map(|x| x.to_f32().to_bits()))
+            }
+            _ => return false,
+        }
+        true
+    }
+
     /// Appends the f32 bits of elements `(b, t, h, 0..dims)` to `out`;
     /// `false` when the layout points outside the storage.
     fn row_into(&self, b: usize, t: usize, h: usize, dims: usize, out: &mut Vec<u32>) -> bool {
@@ -120,16 +162,8 @@ fn part<'a>(storage: &'a Storage, layout: &candle_core::Layout) -> Result<Part<'
         elements,
         start: layout.start_offset(),
         stride,
+        len: layout.dims().get(1).copied().unwrap_or(0),
     })
-}
-
-/// For each view row, its segment and the row within it.
-fn locate(side: &Segments) -> Vec<(usize, usize)> {
-    side.parts
-        .iter()
-        .enumerate()
-        .flat_map(|(i, p)| (0..p.len()).map(move |t| (i, t)))
-        .collect()
 }
 
 /// Wrong rows of one side: how many, and the first [`REPORTED_ROWS`].
@@ -173,7 +207,6 @@ fn compare(
         .iter()
         .map(|(s, l)| part(s, l))
         .collect::<Result<Vec<_>, _>>()?;
-    let (k_rows, v_rows) = (locate(&view.k), locate(&view.v));
     let positions = &view.positions;
     let quant = match config.variant {
         Variant::Packed => config.packed_policy().quant,
@@ -183,22 +216,23 @@ fn compare(
         .iter()
         .map(|&p| (model.writers(p), quant != Quant::None && model.is_cold(p)))
         .collect();
-    let d = config.head_dim;
-    let (mut ek, mut ev) = (Vec::with_capacity(d), Vec::with_capacity(d));
-    let (mut ak, mut av) = (Vec::with_capacity(d), Vec::with_capacity(d));
+    let (d, hc) = (config.head_dim, heads.len());
+    let elements = positions.len() * hc * d;
+    let (mut ek, mut ev) = (Vec::with_capacity(elements), Vec::with_capacity(elements));
+    let (mut ak, mut av) = (Vec::with_capacity(elements), Vec::with_capacity(elements));
     let (mut wrong_k, mut wrong_v) = (Wrong::default(), Wrong::default());
     for batch in 0..config.batch {
-        for (i, (&position, &(writers, cold))) in positions.iter().zip(&rows).enumerate() {
-            let (kp, kt) = k_rows[i];
-            let (vp, vt) = v_rows[i];
-            for (hi, head) in heads.clone().enumerate() {
-                ek.clear();
-                ev.clear();
-                let writer = writers.and_then(|w| w.get(head).copied().flatten());
-                match writer {
+        // One batch row of the view at a time: expected and actual side by
+        // side, compared whole; rows are only told apart when they differ.
+        for buffer in [&mut ek, &mut ev, &mut ak, &mut av] {
+            buffer.clear();
+        }
+        for (&position, &(writers, cold)) in positions.iter().zip(&rows) {
+            for head in heads.clone() {
+                match writers.and_then(|w| w.get(head).copied().flatten()) {
                     None => {
-                        ek.resize(d, 0);
-                        ev.resize(d, 0);
+                        ek.resize(ek.len() + d, 0);
+                        ev.resize(ev.len() + d, 0);
                     }
                     Some(writer) => {
                         let id = RowId {
@@ -210,50 +244,56 @@ fn compare(
                         expected_rows(model, id, cold, quant, &mut ek, &mut ev);
                     }
                 }
-                ak.clear();
-                av.clear();
-                if !k_parts[kp].row_into(batch, kt, hi, d, &mut ak)
-                    || !v_parts[vp].row_into(batch, vt, hi, d, &mut av)
-                {
-                    return Err(backend(
-                        "a segment's layout reaches past its storage".into(),
-                    ));
+            }
+        }
+        for (parts, actual) in [(&k_parts, &mut ak), (&v_parts, &mut av)] {
+            if !parts.iter().all(|p| p.batch_into(batch, hc, d, actual)) {
+                return Err(backend(
+                    "a segment's layout reaches past its storage".into(),
+                ));
+            }
+        }
+        for (kv, actual, expected, wrong) in [
+            (Kv::K, &ak, &ek, &mut wrong_k),
+            (Kv::V, &av, &ev, &mut wrong_v),
+        ] {
+            if actual == expected {
+                continue;
+            }
+            let pairs = actual.chunks(d.max(1)).zip(expected.chunks(d.max(1)));
+            for (r, (a, e)) in pairs.enumerate() {
+                if a == e {
+                    continue;
                 }
-                let source = || match writer {
-                    Some(writer) => RowSource::Payload {
-                        id: RowId {
-                            writer,
-                            position,
-                            batch,
-                            head,
+                wrong.count += 1;
+                if wrong.rows.len() < REPORTED_ROWS {
+                    let (i, head) = (r / hc, heads.start + r % hc);
+                    let position = positions[i];
+                    let writer = model
+                        .writers(position)
+                        .and_then(|w| w.get(head).copied().flatten());
+                    let found: Vec<f32> = a.iter().map(|&b| f32::from_bits(b)).collect();
+                    wrong.rows.push(RowMismatch {
+                        kv,
+                        row: i,
+                        position,
+                        head,
+                        batch,
+                        expected: match writer {
+                            Some(writer) => RowSource::Payload {
+                                id: RowId {
+                                    writer,
+                                    position,
+                                    batch,
+                                    head,
+                                },
+                                cold: model.is_cold(position),
+                            },
+                            None => RowSource::Zeros,
                         },
-                        // `is_cold` as the materialized comparison reports it
-                        // (also for unquantized packed chunks).
-                        cold: model.is_cold(position),
-                    },
-                    None => RowSource::Zeros,
-                };
-                for (kv, actual, expected, wrong) in [
-                    (Kv::K, &ak, &ek, &mut wrong_k),
-                    (Kv::V, &av, &ev, &mut wrong_v),
-                ] {
-                    if actual == expected {
-                        continue;
-                    }
-                    wrong.count += 1;
-                    if wrong.rows.len() < REPORTED_ROWS {
-                        let found: Vec<f32> = actual.iter().map(|&b| f32::from_bits(b)).collect();
-                        wrong.rows.push(RowMismatch {
-                            kv,
-                            row: i,
-                            position,
-                            head,
-                            batch,
-                            expected: source(),
-                            found: decode_row(config, ops, kv, batch, &found),
-                            slot: None,
-                        });
-                    }
+                        found: decode_row(config, ops, kv, batch, &found),
+                        slot: None,
+                    });
                 }
             }
         }
@@ -311,4 +351,129 @@ fn expected_rows(
             .iter()
             .map(|x| x.to_bits()),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use kvcache::Segment;
+    use kvmodel::{Config, Dtype};
+
+    use super::*;
+    use crate::payload::{tensor_values, to_dtype_tensor, write_tensors};
+
+    /// A model after `write 0+5` on a `[2, 8, 3, 4]` dense config.
+    fn model(dtype: Dtype) -> (Model, Vec<Op>) {
+        let mut config = Config::dense(8);
+        (config.batch, config.heads, config.head_dim, config.dtype) = (2, 3, 4, dtype);
+        let mut model = Model::new(&config).unwrap();
+        let ops = vec![Op::write(0, 5, None, None)];
+        model.apply(0, &ops[0]).unwrap();
+        (model, ops)
+    }
+
+    /// The view of positions 0..5 over `heads`, in two segments (rows
+    /// `[0, 2)` and `[2, 5)`), with element `flip` of V (row-major in the
+    /// full `[2, 5, 3, 4]` payload) changed.
+    fn view(model: &Model, heads: Range<usize>, flip: Option<usize>) -> SegmentedView<'static> {
+        let config = model.config();
+        let (k, v) = write_tensors(config, &Device::Cpu, 0, 0, 5, 0..config.heads).unwrap();
+        let v = match flip {
+            None => v,
+            Some(at) => {
+                let mut values = tensor_values(&v).unwrap();
+                values[at] = -values[at];
+                to_dtype_tensor(values, [2, 5, 3, 4], config.dtype, &Device::Cpu).unwrap()
+            }
+        };
+        let side = |t: Tensor| {
+            let t = t.narrow(2, heads.start, heads.len()).unwrap();
+            Segments {
+                shape: [2, 5, heads.len(), 4],
+                parts: vec![
+                    Segment {
+                        rows: t.narrow(1, 0, 2).unwrap(),
+                        slot: None,
+                    },
+                    Segment {
+                        rows: t.narrow(1, 2, 3).unwrap(),
+                        slot: None,
+                    },
+                ],
+            }
+        };
+        SegmentedView::new(5, (0..5).collect(), side(k), side(v))
+    }
+
+    #[test]
+    fn a_right_view_passes_in_every_dtype_and_head_range() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            let (model, ops) = model(dtype);
+            for heads in [0..3, 1..3, 2..3] {
+                let view = view(&model, heads.clone(), None);
+                assert!(compare_values(&model, &ops, &view, heads).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn one_flipped_v_element_is_found_with_its_row() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            let (model, ops) = model(dtype);
+            // Batch 1, position 3, head 2, dim 1.
+            let at = ((5 + 3) * 3 + 2) * 4 + 1;
+            for heads in [0..3, 1..3, 2..3] {
+                let view = view(&model, heads.clone(), Some(at));
+                let (kind, actual, rows) = compare_values(&model, &ops, &view, heads.clone())
+                    .expect("the flipped element is seen");
+                assert_eq!(kind, DivergenceKind::Values);
+                assert!(
+                    actual.contains("but 1 V rows hold wrong values"),
+                    "{actual}"
+                );
+                assert_eq!(rows.len(), 1);
+                let row = &rows[0];
+                assert_eq!(
+                    (row.kv, row.batch, row.position, row.head, row.row),
+                    (Kv::V, 1, 3, 2, 3)
+                );
+            }
+            // A head range without head 2 does not show the element.
+            let view = view(&model, 0..2, Some(at));
+            assert!(compare_values(&model, &ops, &view, 0..2).is_none());
+        }
+    }
+
+    #[test]
+    fn never_written_heads_must_read_zero() {
+        let (mut model, mut ops) = model(Dtype::F32);
+        // Position 5 written on head 0 only; heads 1 and 2 read zero.
+        ops.push(Op::write(5, 1, Some([0, 1]), None));
+        model.apply(1, &ops[1]).unwrap();
+        let config = model.config().clone();
+        let (k0, v0) = write_tensors(&config, &Device::Cpu, 0, 0, 5, 0..3).unwrap();
+        let (k1, v1) = write_tensors(&config, &Device::Cpu, 1, 5, 1, 0..1).unwrap();
+        let side = |old: Tensor, new: Tensor, fill: f32| {
+            let pad = Tensor::full(fill, (2, 1, 2, 4), &Device::Cpu).unwrap();
+            let last = Tensor::cat(&[&new, &pad], 2).unwrap();
+            Segments::single(Tensor::cat(&[&old, &last], 1).unwrap())
+        };
+        let positions: Vec<u64> = (0..6).collect();
+        let good = SegmentedView::new(
+            6,
+            positions.clone(),
+            side(k0.clone(), k1.clone(), 0.0),
+            side(v0.clone(), v1.clone(), 0.0),
+        );
+        assert!(compare_values(&model, &ops, &good, 0..3).is_none());
+        let bad = SegmentedView::new(6, positions, side(k0, k1, 0.5), side(v0, v1, 0.0));
+        let (kind, actual, rows) = compare_values(&model, &ops, &bad, 0..3).unwrap();
+        assert_eq!(kind, DivergenceKind::Values);
+        // Heads 1 and 2 of position 5 in both batch rows.
+        assert!(
+            actual.contains("but 4 K rows hold wrong values"),
+            "{actual}"
+        );
+        assert!(rows.iter().all(|r| r.position == 5 && r.head > 0));
+        assert!(rows.iter().all(|r| r.expected == RowSource::Zeros));
+    }
 }
