@@ -1,12 +1,13 @@
 //! Execs/s of the lockstep fuzz target bodies, the previous per-exec work
 //! against the current one, measured in one run on the same decoded inputs.
 //!
-//! Each target body (`Target::check_with`, what `fuzz/fuzz_targets/*`
-//! call) runs every input of a corpus with views compared
-//! `ValueCheck::Materialized` (the previous work: payloads and expected
-//! views built one element at a time, each view concatenated into fresh
-//! tensors and converted to f32 vectors) and `ValueCheck::InPlace` (the
-//! default). Rounds alternate between the two so that load from other
+//! Every input of a corpus runs through the target body as it was (the
+//! case decoded first with a model of its own, then run with views compared
+//! `ValueCheck::Materialized`: payloads and expected views built one
+//! element at a time, each view concatenated into fresh tensors and
+//! converted to f32 vectors) and as it is (`Target::check`, what
+//! `fuzz/fuzz_targets/*` call: decoded op by op against the run's model,
+//! views compared `ValueCheck::InPlace`). Rounds alternate between the two so that load from other
 //! processes hits both alike. Two corpora per target:
 //!
 //! - `seeds`: the committed seed corpus `fuzz/corpus/<target>/`;
@@ -24,8 +25,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvcheck::fuzzcase::{Target, CONFIG_BYTES, OP_BYTES};
+use kvcheck::fuzzcase::{
+    check_lockstep_with, check_subject_with, FuzzCase, Target, CONFIG_BYTES, OP_BYTES,
+};
 use kvcheck::lockstep::ValueCheck;
+use kvcheck::subject::SubjectSpec;
+use kvcheck::Variant;
 
 const TARGETS: [Target; 3] = [
     Target::DenseLockstep,
@@ -62,7 +67,27 @@ fn random_inputs() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Execs/s of both modes on `inputs`: (materialized, in place).
+/// The previous per-exec work: the whole case decoded first (with a model
+/// of its own), then run with views compared `Materialized`.
+fn before(target: Target, input: &[u8]) -> Result<(), String> {
+    let materialized = ValueCheck::Materialized;
+    match target {
+        Target::DenseLockstep => {
+            check_lockstep_with(&FuzzCase::from_bytes(Variant::Dense, input), materialized)
+        }
+        Target::PackedLockstep => {
+            check_lockstep_with(&FuzzCase::from_bytes(Variant::Packed, input), materialized)
+        }
+        Target::RingLockstep => check_subject_with(
+            &FuzzCase::from_bytes(Variant::Dense, input),
+            &SubjectSpec::Ring,
+            materialized,
+        ),
+        other => other.check(input),
+    }
+}
+
+/// Execs/s of the previous and the current work on `inputs`.
 fn measure(target: Target, inputs: &[Vec<u8>], seconds: f64) -> (f64, f64) {
     let modes = [ValueCheck::Materialized, ValueCheck::InPlace];
     if std::env::var_os("KVCHECK_BENCH_PROFILE").is_some() {
@@ -71,7 +96,7 @@ fn measure(target: Target, inputs: &[Vec<u8>], seconds: f64) -> (f64, f64) {
         let mut execs = 0usize;
         while started.elapsed().as_secs_f64() < seconds {
             for input in inputs {
-                let _ = target.check_with(input, ValueCheck::InPlace);
+                let _ = target.check(input);
                 execs += 1;
             }
         }
@@ -85,7 +110,11 @@ fn measure(target: Target, inputs: &[Vec<u8>], seconds: f64) -> (f64, f64) {
             let started = Instant::now();
             while started.elapsed() < round {
                 for input in inputs {
-                    if let Err(report) = target.check_with(input, mode) {
+                    let verdict = match mode {
+                        ValueCheck::Materialized => before(target, input),
+                        ValueCheck::InPlace => target.check(input),
+                    };
+                    if let Err(report) = verdict {
                         panic!("{} diverged ({mode:?}): {report}", target.name());
                     }
                     execs[m] += 1;

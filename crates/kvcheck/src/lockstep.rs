@@ -65,7 +65,7 @@ pub enum SetupError {
 pub enum ValueCheck {
     /// Each segment read in place from the storage the cache handed out,
     /// row by row against expected rows built K and V together
-    /// ([`crate::payload::row_pair`]); nothing copied or converted to a
+    /// ([`crate::payload::row_bits`]); nothing copied or converted to a
     /// tensor. Payloads are built the same way.
     #[default]
     InPlace,

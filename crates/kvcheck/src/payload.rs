@@ -76,48 +76,64 @@ const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The same K and V rows as [`row`], computed together and fast: the hash
 /// of `(seed, writer, position, batch, head)` once per row, of the dim once
-/// per K/V pair, the value built from its bit fields instead of a `powi`.
-/// Calls `each(dim, k, v)` for every dim of the row. Bit-identical to
-/// [`element`] (tested), which stays the definition.
+/// per K/V pair, each value built from its bit fields instead of a `powi`.
+/// Calls `each(dim, k, v)` for every dim of the row with the values' bit
+/// patterns *in the dtype* (f32: 32 bits; f16, bf16: 16 bits, in the low
+/// half), which is what the cache stores. Bit-identical to [`element`]
+/// converted to the dtype (tested), which stays the definition.
 #[inline]
-pub fn row_pair(
+pub fn row_bits(
     seed: u64,
     dtype: Dtype,
     head_dim: usize,
     id: RowId,
-    mut each: impl FnMut(usize, f32, f32),
+    mut each: impl FnMut(usize, u32, u32),
 ) {
     let mut h = seeded(seed);
     h = mix(h ^ id.writer.wrapping_mul(GOLDEN));
     h = mix(h ^ id.position.wrapping_mul(GOLDEN));
     h = mix(h ^ (id.batch as u64).wrapping_mul(GOLDEN));
     h = mix(h ^ (id.head as u64).wrapping_mul(GOLDEN));
-    let mantissa_bits: u32 = match dtype {
-        Dtype::F32 => 23,
-        Dtype::F16 => 10,
-        Dtype::Bf16 => 7,
+    // (mantissa bits, exponent bits' position, exponent bias, sign bit)
+    let (mantissa_bits, bias, sign_at): (u32, u32, u32) = match dtype {
+        Dtype::F32 => (23, 127, 31),
+        Dtype::F16 => (10, 15, 15),
+        Dtype::Bf16 => (7, 127, 15),
+    };
+    // ±(1 + m / 2^bits) · 2^e with e ∈ [-6, 5]: normal in every dtype, so
+    // its fields are exactly the sign, `e + bias` and `m`.
+    let value = |h: u64| {
+        let mantissa = (h & ((1 << mantissa_bits) - 1)) as u32;
+        let exponent = ((h >> 32) % 12) as u32 + bias - 6;
+        let sign = (h >> 63) as u32;
+        (sign << sign_at) | (exponent << mantissa_bits) | mantissa
     };
     let k_salt = (Kv::K as u64).wrapping_mul(GOLDEN);
     let v_salt = (Kv::V as u64).wrapping_mul(GOLDEN);
     for dim in 0..head_dim {
         let d = mix(h ^ (dim as u64).wrapping_mul(GOLDEN));
-        each(
-            dim,
-            value_bits(mix(d ^ k_salt), mantissa_bits),
-            value_bits(mix(d ^ v_salt), mantissa_bits),
-        );
+        each(dim, value(mix(d ^ k_salt)), value(mix(d ^ v_salt)));
     }
 }
 
-/// `±(1 + m / 2^bits) · 2^e` of [`element`] as the f32 with exactly those
-/// fields: sign, biased exponent `e + 127` (`e ∈ [-6, 5]`, always normal)
-/// and `m` at the top of the mantissa.
-#[inline]
-fn value_bits(h: u64, mantissa_bits: u32) -> f32 {
-    let mantissa = (h & ((1 << mantissa_bits) - 1)) as u32;
-    let exponent = ((h >> 32) % 12) as u32 + 127 - 6;
-    let sign = (h >> 63) as u32;
-    f32::from_bits((sign << 31) | (exponent << 23) | (mantissa << (23 - mantissa_bits)))
+/// The bit pattern of `x` in `dtype` (see [`row_bits`]); exact for the
+/// values the dtype represents, which are all the harness ever builds.
+pub fn dtype_bits(x: f32, dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::F32 => x.to_bits(),
+        Dtype::F16 => f16::from_f32(x).to_bits() as u32,
+        Dtype::Bf16 => bf16::from_f32(x).to_bits() as u32,
+    }
+}
+
+/// The f32 value of a bit pattern in `dtype` (the inverse of
+/// [`dtype_bits`], exact: every dtype widens to f32 exactly).
+pub fn bits_value(bits: u32, dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::F32 => f32::from_bits(bits),
+        Dtype::F16 => f16::from_bits(bits as u16).to_f32(),
+        Dtype::Bf16 => bf16::from_bits(bits as u16).to_f32(),
+    }
 }
 
 /// The `D` payload values of one row.
@@ -162,7 +178,7 @@ pub fn write_tensor(
 
 /// The K and V tensors `[B, len, heads.len(), D]` that op `writer`
 /// writes: the same as [`write_tensor`] for each, built in one pass with
-/// [`row_pair`] straight into the dtype's element type.
+/// [`row_bits`] straight into the dtype's element type.
 pub fn write_tensors(
     config: &Config,
     device: &Device,
@@ -172,9 +188,13 @@ pub fn write_tensors(
     heads: std::ops::Range<usize>,
 ) -> candle_core::Result<(Tensor, Tensor)> {
     match config.dtype {
-        Dtype::F32 => pair_tensors(config, device, writer, start, len, heads, |x| x),
-        Dtype::F16 => pair_tensors(config, device, writer, start, len, heads, f16::from_f32),
-        Dtype::Bf16 => pair_tensors(config, device, writer, start, len, heads, bf16::from_f32),
+        Dtype::F32 => pair_tensors(config, device, writer, start, len, heads, f32::from_bits),
+        Dtype::F16 => pair_tensors(config, device, writer, start, len, heads, |b| {
+            f16::from_bits(b as u16)
+        }),
+        Dtype::Bf16 => pair_tensors(config, device, writer, start, len, heads, |b| {
+            bf16::from_bits(b as u16)
+        }),
     }
 }
 
@@ -185,7 +205,7 @@ fn pair_tensors<T: candle_core::WithDType>(
     start: u64,
     len: usize,
     heads: std::ops::Range<usize>,
-    convert: impl Fn(f32) -> T,
+    from_bits: impl Fn(u32) -> T,
 ) -> candle_core::Result<(Tensor, Tensor)> {
     let shape = [config.batch, len, heads.len(), config.head_dim];
     let elements = shape.iter().product();
@@ -199,9 +219,9 @@ fn pair_tensors<T: candle_core::WithDType>(
                     batch,
                     head,
                 };
-                row_pair(config.seed, config.dtype, config.head_dim, id, |_, x, y| {
-                    k.push(convert(x));
-                    v.push(convert(y));
+                row_bits(config.seed, config.dtype, config.head_dim, id, |_, x, y| {
+                    k.push(from_bits(x));
+                    v.push(from_bits(y));
                 });
             }
         }
@@ -312,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn row_pairs_are_bit_identical_to_elements() {
+    fn row_bits_are_the_elements_in_the_dtype() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
             for n in 0..400u64 {
                 let id = RowId {
@@ -323,9 +343,12 @@ mod tests {
                 };
                 let seed = n % 3;
                 let mut dims = 0;
-                row_pair(seed, dtype, 9, id, |dim, k, v| {
-                    assert_eq!(k.to_bits(), element(seed, dtype, Kv::K, id, dim).to_bits());
-                    assert_eq!(v.to_bits(), element(seed, dtype, Kv::V, id, dim).to_bits());
+                row_bits(seed, dtype, 9, id, |dim, k, v| {
+                    for (kv, bits) in [(Kv::K, k), (Kv::V, v)] {
+                        let x = element(seed, dtype, kv, id, dim);
+                        assert_eq!(bits, dtype_bits(x, dtype));
+                        assert_eq!(bits_value(bits, dtype).to_bits(), x.to_bits());
+                    }
                     dims += 1;
                 });
                 assert_eq!(dims, 9);

@@ -3,10 +3,13 @@
 //!
 //! No contiguous copy of the view is made and no f32 tensor is built:
 //! every element of every segment is read where the cache keeps it (the
-//! segment's own layout gives its offset), widened to f32 exactly as
-//! `to_dtype(F32)` widens it, and compared bit for bit with the expected
-//! f32, one row of `D` elements at a time. The expected rows come from
-//! [`row_pair`], K and V together. What is compared, the order rows are
+//! segment's own layout gives its offset) and its bit pattern in the dtype
+//! is compared with the expected one, a whole batch row of the view at a
+//! time (rows are told apart only when something differs). The expected
+//! patterns come from [`row_bits`], K and V together. Expected values are
+//! finite and exact in the dtype, and widening to f32 is injective on
+//! such values, so equal patterns are exactly equal f32 values: the
+//! verdict of comparing `to_dtype(F32)` vectors, without converting. What is compared, the order rows are
 //! visited in and the report are those of the materialized comparison
 //! (`ValueCheck::Materialized` in [`crate::lockstep`]), which is kept as
 //! the independent second implementation the tests hold this one to.
@@ -21,7 +24,7 @@ use kvmodel::quant::cold_round_trip;
 use kvmodel::{Model, Op, Quant, Variant};
 
 use crate::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
-use crate::payload::{row_pair, Kv, RowId};
+use crate::payload::{bits_value, dtype_bits, row_bits, Kv, RowId};
 
 /// What a failed comparison reports: kind, the actual side in words and
 /// the first wrong rows.
@@ -77,10 +80,10 @@ impl Part<'_> {
                 out.extend(e[range].iter().map(|x| x.to_bits()))
             }
             Elements::F16(e) if range.end <= e.len() => {
-                out.extend(e[range].iter().map(|x| x.to_f32().to_bits()))
+                out.extend(e[range].iter().map(|x| u32::from(x.to_bits())))
             }
             Elements::Bf16(e) if range.end <= e.len() => {
-                out.extend(e[range].iter().map(|x| x.to_f32().to_bits()))
+                out.extend(e[range].iter().map(|x| u32::from(x.to_bits())))
             }
             _ => return false,
         }
@@ -105,17 +108,17 @@ impl Part<'_> {
         match self.elements {
             Elements::F32(e) if step == 1 => out.extend(e[range].iter().map(|x| x.to_bits())),
             Elements::F16(e) if step == 1 => {
-                out.extend(e[range].iter().map(|x| x.to_f32().to_bits()))
+                out.extend(e[range].iter().map(|x| u32::from(x.to_bits())))
             }
             Elements::Bf16(e) if step == 1 => {
-                out.extend(e[range].iter().map(|x| x.to_f32().to_bits()))
+                out.extend(e[range].iter().map(|x| u32::from(x.to_bits())))
             }
             Elements::F32(e) => out.extend((0..dims).map(|d| e[base + d * step].to_bits())),
             Elements::F16(e) => {
-                out.extend((0..dims).map(|d| e[base + d * step].to_f32().to_bits()))
+                out.extend((0..dims).map(|d| u32::from(e[base + d * step].to_bits())))
             }
             Elements::Bf16(e) => {
-                out.extend((0..dims).map(|d| e[base + d * step].to_f32().to_bits()))
+                out.extend((0..dims).map(|d| u32::from(e[base + d * step].to_bits())))
             }
         }
         true
@@ -272,7 +275,7 @@ fn compare(
                     let writer = model
                         .writers(position)
                         .and_then(|w| w.get(head).copied().flatten());
-                    let found: Vec<f32> = a.iter().map(|&b| f32::from_bits(b)).collect();
+                    let found: Vec<f32> = a.iter().map(|&b| bits_value(b, config.dtype)).collect();
                     wrong.rows.push(RowMismatch {
                         kv,
                         row: i,
@@ -315,8 +318,9 @@ fn compare(
     Ok(None)
 }
 
-/// The expected K and V rows of `id` as f32 bits: the payload, or its
-/// quantization round trip when the row's chunk is cold.
+/// The expected K and V rows of `id` as bit patterns in the dtype: the
+/// payload, or its quantization round trip when the row's chunk is cold
+/// (rounded to the dtype by the reference quantizer, so exact in it).
 fn expected_rows(
     model: &Model,
     id: RowId,
@@ -326,10 +330,11 @@ fn expected_rows(
     ev: &mut Vec<u32>,
 ) {
     let config = model.config();
+    let dtype = config.dtype;
     if !cold {
-        row_pair(config.seed, config.dtype, config.head_dim, id, |_, k, v| {
-            ek.push(k.to_bits());
-            ev.push(v.to_bits());
+        row_bits(config.seed, dtype, config.head_dim, id, |_, k, v| {
+            ek.push(k);
+            ev.push(v);
         });
         return;
     }
@@ -337,20 +342,13 @@ fn expected_rows(
         Vec::with_capacity(config.head_dim),
         Vec::with_capacity(config.head_dim),
     );
-    row_pair(config.seed, config.dtype, config.head_dim, id, |_, x, y| {
-        k.push(x);
-        v.push(y);
+    row_bits(config.seed, dtype, config.head_dim, id, |_, x, y| {
+        k.push(bits_value(x, dtype));
+        v.push(bits_value(y, dtype));
     });
-    ek.extend(
-        cold_round_trip(&k, quant, config.dtype)
-            .iter()
-            .map(|x| x.to_bits()),
-    );
-    ev.extend(
-        cold_round_trip(&v, quant, config.dtype)
-            .iter()
-            .map(|x| x.to_bits()),
-    );
+    let bits = |values: Vec<f32>| values.into_iter().map(move |x| dtype_bits(x, dtype));
+    ek.extend(bits(cold_round_trip(&k, quant, dtype)));
+    ev.extend(bits(cold_round_trip(&v, quant, dtype)));
 }
 
 #[cfg(test)]
