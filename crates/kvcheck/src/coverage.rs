@@ -40,7 +40,13 @@ pub struct Coverage {
 impl Coverage {
     /// Adds one occurrence of `event`.
     pub fn hit(&mut self, event: &str) {
-        *self.counts.entry(event.to_string()).or_default() += 1;
+        // Every step labels a few events: allocate a key only the first time.
+        match self.counts.get_mut(event) {
+            Some(n) => *n += 1,
+            None => {
+                self.counts.insert(event.to_string(), 1);
+            }
+        }
     }
 
     /// How often `event` happened.
@@ -71,6 +77,12 @@ impl Coverage {
 
     /// Labels one step from the model before and after it.
     pub fn observe(&mut self, before: &Model, after: &Model, op: &Op, outcome: &Outcome) {
+        self.observe_from(&Before::of(before), after, op, outcome)
+    }
+
+    /// [`Coverage::observe`] from a [`Before`] snapshot instead of a clone
+    /// of the whole model (the driver takes one per step).
+    pub fn observe_from(&mut self, before: &Before, after: &Model, op: &Op, outcome: &Outcome) {
         let effect = match outcome {
             Outcome::Err(kind) => {
                 self.hit(&format!("error:{}", kind.name()));
@@ -78,34 +90,28 @@ impl Coverage {
             }
             Outcome::Ok(effect) => effect,
         };
-        let evicted: Vec<u64> = before
-            .resident()
+        let mut evicted = before
+            .resident
+            .iter()
+            .copied()
             .filter(|p| after.writers(*p).is_none() && *p < after.global_end())
-            .collect();
-        let evicting = !evicted.is_empty() && !matches!(op, Op::Rewind { .. } | Op::Reset);
+            .peekable();
+        let evicting = evicted.peek().is_some() && !matches!(op, Op::Rewind { .. } | Op::Reset);
         if evicting {
             self.hit("eviction");
-            let protected = before.protected();
-            if evicted
-                .iter()
-                .any(|p| *p > 0 && protected.contains(&(p - 1)))
-            {
+            if evicted.any(|p| p > 0 && before.protected.binary_search(&(p - 1)).is_ok()) {
                 self.hit("eviction_beside_sink");
             }
-            if before.pin_range().is_some() {
+            if before.pinned {
                 self.hit("pin_during_eviction");
             }
         }
-        if after.capacity() > before.capacity() {
+        if after.capacity() > before.capacity {
             self.hit("growth");
         }
         match op {
             Op::Write(w) => {
-                let (s, end, g) = (
-                    w.start as u64,
-                    (w.start + w.len) as u64,
-                    before.global_end(),
-                );
+                let (s, end, g) = (w.start as u64, (w.start + w.len) as u64, before.global_end);
                 if w.len == 0 {
                     self.hit("probe");
                 } else if s == g {
@@ -127,8 +133,10 @@ impl Coverage {
                 }
             }
             Op::Rewind { to } => {
+                // Some position below `to` was not resident.
                 let to = *to as u64;
-                if (0..to).any(|p| before.writers(p).is_none()) {
+                let below = before.resident.partition_point(|&p| p < to);
+                if (below as u64) < to {
                     self.hit("rewind_into_evicted");
                 }
             }
@@ -136,8 +144,7 @@ impl Coverage {
             Op::Evict { .. } => {}
             Op::Reset => self.hit("reset"),
         }
-        let cold = |m: &Model| m.chunks().iter().filter(|c| c.cold).count();
-        if cold(after) > cold(before) {
+        if cold_chunks(after) > before.cold_chunks {
             self.hit("cold_chunk");
         }
         if after.chunks().iter().any(|c| {
@@ -145,6 +152,36 @@ impl Coverage {
                 && c.range().any(|p| after.writers(p).is_none())
         }) {
             self.hit("partly_evicted_chunk");
+        }
+    }
+}
+
+fn cold_chunks(model: &Model) -> usize {
+    model.chunks().iter().filter(|c| c.cold).count()
+}
+
+/// What labelling a step needs of the model before it: a few positions
+/// and counts rather than a clone of every writer.
+#[derive(Clone, Debug)]
+pub struct Before {
+    resident: Vec<u64>,
+    protected: Vec<u64>,
+    pinned: bool,
+    capacity: usize,
+    global_end: u64,
+    cold_chunks: usize,
+}
+
+impl Before {
+    /// The snapshot of `model`.
+    pub fn of(model: &Model) -> Before {
+        Before {
+            resident: model.resident().collect(),
+            protected: model.protected(),
+            pinned: model.pin_range().is_some(),
+            capacity: model.capacity(),
+            global_end: model.global_end(),
+            cold_chunks: cold_chunks(model),
         }
     }
 }

@@ -22,7 +22,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use candle_core::Device;
 use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant, Write};
 
-use crate::lockstep::Lockstep;
+use crate::lockstep::{Lockstep, ValueCheck};
 use crate::replay::replay;
 use crate::subject::{Capabilities, Feature, OpKind, SubjectSpec};
 use crate::trace::Trace;
@@ -175,27 +175,37 @@ mod code {
     pub const RAW_WRITE: u8 = 15;
 }
 
-/// Tracks what relative op codes refer to while decoding.
+/// What relative op codes refer to while decoding: the model's global end
+/// and the latest append. It follows a model that it does not own, so the
+/// lockstep targets decode against the run's own model.
+#[derive(Clone, Copy, Debug, Default)]
 struct Cursor {
-    model: Model,
+    global_end: i64,
     last_append: Option<(i64, i64)>,
 }
 
 impl Cursor {
     fn global_end(&self) -> i64 {
-        self.model.global_end() as i64
+        self.global_end
     }
 
-    fn apply(&mut self, index: usize, op: &Op) {
-        let before = self.global_end();
-        let ok = self.model.apply(index as u64, op).is_ok();
+    /// Follows `op` after the model answered it (`ok` when it accepted
+    /// it), leaving the model's global end at `global_end`.
+    fn follow(&mut self, op: &Op, ok: bool, global_end: u64) {
         match op {
-            Op::Write(w) if ok && w.start == before && w.len > 0 => {
+            Op::Write(w) if ok && w.start == self.global_end && w.len > 0 => {
                 self.last_append = Some((w.start, w.len))
             }
             Op::Rewind { .. } | Op::Reset if ok => self.last_append = None,
             _ => {}
         }
+        self.global_end = global_end as i64;
+    }
+
+    /// Applies `op` to `model` and follows it.
+    fn apply(&mut self, model: &mut Model, index: usize, op: &Op) {
+        let ok = model.apply(index as u64, op).is_ok();
+        self.follow(op, ok, model.global_end());
     }
 }
 
@@ -329,17 +339,15 @@ impl FuzzCase {
         let mut u = Unstructured::new(data);
         let fuzz_config = FuzzConfig::arbitrary(&mut u).unwrap_or_default();
         let config = restrict_config(fuzz_config.to_config(variant), capabilities);
-        let mut cursor = Cursor {
-            model: Model::new(&config).expect("fuzz configs are valid by construction"),
-            last_append: None,
-        };
+        let mut model = Model::new(&config).expect("fuzz configs are valid by construction");
+        let mut cursor = Cursor::default();
         let mut ops = Vec::new();
         while !u.is_empty() && ops.len() < max_ops {
             let mut bytes = [0u8; OP_BYTES];
             // Fills with zeros past the end: never fails.
             let _ = u.fill_buffer(&mut bytes);
             let op = restrict_op(decode_op(bytes, &cursor), &cursor, capabilities);
-            cursor.apply(ops.len(), &op);
+            cursor.apply(&mut model, ops.len(), &op);
             ops.push(op);
         }
         FuzzCase { config, ops }
@@ -367,15 +375,13 @@ impl FuzzCase {
     /// are approximated). Used to seed the corpus from the test vectors.
     pub fn to_bytes(config: &Config, ops: &[Op]) -> Vec<u8> {
         let fuzz_config = FuzzConfig::from_config(config);
-        let mut cursor = Cursor {
-            model: Model::new(&fuzz_config.to_config(config.variant)).expect("valid"),
-            last_append: None,
-        };
+        let mut model = Model::new(&fuzz_config.to_config(config.variant)).expect("valid");
+        let mut cursor = Cursor::default();
         let mut out = fuzz_config.to_bytes().to_vec();
         for (index, op) in ops.iter().enumerate() {
             let bytes = encode_op(op, &cursor);
             let decoded = decode_op(bytes, &cursor);
-            cursor.apply(index, &decoded);
+            cursor.apply(&mut model, index, &decoded);
             out.extend_from_slice(&bytes);
         }
         out
@@ -468,17 +474,93 @@ fn encode_op(op: &Op, cursor: &Cursor) -> [u8; OP_BYTES] {
 /// path (`cache:generic`, the code a GPU runs). `Err` holds the divergence
 /// report and the kvtrace JSON.
 pub fn check_lockstep(case: &FuzzCase) -> Result<(), String> {
-    check_lockstep_on(case, &SubjectSpec::Cache)?;
-    check_lockstep_on(case, &SubjectSpec::CachePath(kvcache::Path::Generic))
+    check_lockstep_with(case, ValueCheck::default())
+}
+
+/// [`check_lockstep`] comparing views with `value_check`.
+pub fn check_lockstep_with(case: &FuzzCase, value_check: ValueCheck) -> Result<(), String> {
+    check_subject_with(case, &SubjectSpec::Cache, value_check)?;
+    check_subject_with(
+        case,
+        &SubjectSpec::CachePath(kvcache::Path::Generic),
+        value_check,
+    )
 }
 
 /// [`check_lockstep`] on `subject` (decode the case with
 /// [`FuzzCase::decode_for`] and the subject's capabilities).
 pub fn check_lockstep_on(case: &FuzzCase, subject: &SubjectSpec) -> Result<(), String> {
+    check_subject_with(case, subject, ValueCheck::default())
+}
+
+/// [`check_lockstep_on`] comparing views with `value_check`.
+pub fn check_subject_with(
+    case: &FuzzCase,
+    subject: &SubjectSpec,
+    value_check: ValueCheck,
+) -> Result<(), String> {
     let mut run = Lockstep::open(&case.config, subject, &Device::Cpu)
         .map_err(|e| format!("setup failed for a valid config: {e}"))?;
+    run.set_value_check(value_check);
     run.run(&case.ops)
         .map_err(|d| format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json()))
+}
+
+/// The lockstep targets' body on raw bytes: the case of
+/// [`FuzzCase::from_bytes`] through the driver on each subject in turn.
+/// The first run decodes op by op against its own model (the same ops, as
+/// the decoder's model would be in the same state: no second model runs);
+/// the next runs replay the ops it decoded.
+fn check_bytes(
+    variant: Variant,
+    data: &[u8],
+    subjects: &[SubjectSpec],
+    value_check: ValueCheck,
+) -> Result<(), String> {
+    let mut u = Unstructured::new(data);
+    let capabilities = Capabilities::full();
+    let fuzz_config = FuzzConfig::arbitrary(&mut u).unwrap_or_default();
+    let config = restrict_config(fuzz_config.to_config(variant), &capabilities);
+    let report = |d: Box<crate::divergence::Divergence>| {
+        format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json())
+    };
+    let mut decoded: Option<Vec<Op>> = None;
+    for subject in subjects {
+        let mut run = Lockstep::open(&config, subject, &Device::Cpu)
+            .map_err(|e| format!("setup failed for a valid config: {e}"))?;
+        run.set_value_check(value_check);
+        match &decoded {
+            Some(ops) => run.run(ops).map_err(report)?,
+            None => {
+                decode_into(&mut run, &mut u, &capabilities).map_err(report)?;
+                decoded = Some(run.ops().to_vec());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decodes the ops left in `u` as [`FuzzCase::decode_for`] does, stepping
+/// `run` with each as it is decoded (its model is the decoder's).
+fn decode_into(
+    run: &mut Lockstep,
+    u: &mut Unstructured<'_>,
+    capabilities: &Capabilities,
+) -> Result<(), Box<crate::divergence::Divergence>> {
+    let mut cursor = Cursor::default();
+    while !u.is_empty() && run.ops().len() < MAX_OPS {
+        let mut bytes = [0u8; OP_BYTES];
+        // Fills with zeros past the end: never fails.
+        let _ = u.fill_buffer(&mut bytes);
+        let op = restrict_op(decode_op(bytes, &cursor), &cursor, capabilities);
+        let outcome = run.step(&op)?;
+        cursor.follow(
+            &op,
+            outcome.error_kind().is_none(),
+            run.model().global_end(),
+        );
+    }
+    Ok(())
 }
 
 /// The body of `model_invariants`: SPEC.md invariants of the model alone,
@@ -699,13 +781,29 @@ impl Target {
 
     /// Runs the target's body on `data`.
     pub fn check(self, data: &[u8]) -> Result<(), String> {
+        self.check_with(data, ValueCheck::default())
+    }
+
+    /// [`Target::check`] with the lockstep targets comparing views with
+    /// `value_check` (the other targets ignore it).
+    pub fn check_with(self, data: &[u8], value_check: ValueCheck) -> Result<(), String> {
+        let generic = SubjectSpec::CachePath(kvcache::Path::Generic);
         match self {
-            Target::DenseLockstep => check_lockstep(&FuzzCase::from_bytes(Variant::Dense, data)),
-            Target::RingLockstep => check_lockstep_on(
-                &FuzzCase::from_bytes(Variant::Dense, data),
-                &SubjectSpec::Ring,
+            Target::DenseLockstep => check_bytes(
+                Variant::Dense,
+                data,
+                &[SubjectSpec::Cache, generic],
+                value_check,
             ),
-            Target::PackedLockstep => check_lockstep(&FuzzCase::from_bytes(Variant::Packed, data)),
+            Target::RingLockstep => {
+                check_bytes(Variant::Dense, data, &[SubjectSpec::Ring], value_check)
+            }
+            Target::PackedLockstep => check_bytes(
+                Variant::Packed,
+                data,
+                &[SubjectSpec::Cache, generic],
+                value_check,
+            ),
             Target::ModelInvariants => check_model_invariants(&FuzzCase::from_model_bytes(data)),
             Target::TraceLoad => check_trace_load(data),
         }
@@ -767,4 +865,35 @@ pub fn check_fault_on(
         &fault_case_on(fault, base, data),
         &SubjectSpec::cache_fault(fault, base),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_into_a_run_gives_the_decoded_case() {
+        let mut state = 3u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as u8
+        };
+        let mut ops = 0;
+        for n in 0..60 {
+            let data: Vec<u8> = (0..CONFIG_BYTES + 4 * (n % 40)).map(|_| next()).collect();
+            for variant in [Variant::Dense, Variant::Packed] {
+                let case = FuzzCase::from_bytes(variant, &data);
+                let mut u = Unstructured::new(&data);
+                let config = FuzzConfig::arbitrary(&mut u).unwrap().to_config(variant);
+                assert_eq!(config, case.config);
+                let mut run = Lockstep::new(&config).unwrap();
+                decode_into(&mut run, &mut u, &Capabilities::full()).expect("shipped caches agree");
+                assert_eq!(run.ops(), case.ops.as_slice(), "{variant:?} {data:?}");
+                ops += case.ops.len();
+            }
+        }
+        assert!(ops > 1000);
+    }
 }

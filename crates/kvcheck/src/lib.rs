@@ -49,6 +49,7 @@ pub mod strategy;
 pub mod subject;
 pub mod suite;
 pub mod trace;
+mod viewcheck;
 
 pub use kvmodel::{
     CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Variant,

@@ -28,14 +28,15 @@ use candle_core::{Device, Tensor};
 use kvcache::{KvCache, SegmentedView, Slot, View};
 use kvmodel::{CacheError, Config, Effect, Model, Op, Outcome, Variant, Write};
 
-use crate::coverage::Coverage;
+use crate::coverage::{Before, Coverage};
 use crate::divergence::{
     decode_row, describe_outcome, Divergence, DivergenceKind, RowMismatch, RowSource,
 };
-use crate::payload::{expected_view, tensor_values, write_tensor, Kv, RowId};
-use crate::segments::{check_claims, materialize, Claim};
+use crate::payload::{expected_view, tensor_values, write_tensor, write_tensors, Kv, RowId};
+use crate::segments::{check_claims, check_segments, materialize, Claim};
 use crate::subject::{open_cache, Capabilities, OpLink, SubjectFailure, SubjectSpec, Unsupported};
 use crate::trace::Trace;
+use crate::viewcheck::{compare_values, REPORTED_ROWS};
 
 /// Elements of a payload the driver builds for a write the model refuses;
 /// above it the cache gets an empty payload (it must refuse before looking).
@@ -56,6 +57,28 @@ pub enum SetupError {
     Unsupported(#[from] Unsupported),
 }
 
+/// How the driver compares a view's values with what the model's writers
+/// imply. Both compare every element of every view bit for bit (as f32,
+/// which every dtype widens to exactly), check the same segment shapes and
+/// aliasing claims first and report the same divergences, rows included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ValueCheck {
+    /// Each segment read in place from the storage the cache handed out,
+    /// row by row against expected rows built K and V together
+    /// ([`crate::payload::row_bits`]); nothing copied or converted to a
+    /// tensor. Payloads are built the same way.
+    #[default]
+    InPlace,
+    /// The consumer's route: the segments concatenated with
+    /// [`kvcache::Segments::to_contiguous_into`] into fresh tensors,
+    /// converted to f32 vectors and compared with payload rows computed
+    /// one element at a time ([`crate::payload::element`], the payload's
+    /// definition). Several times slower; kept as the independent second
+    /// implementation that [`ValueCheck::InPlace`] is tested against and
+    /// as the baseline of the `fuzz_exec` benchmark.
+    Materialized,
+}
+
 /// The model and one cache, driven in lockstep.
 pub struct Lockstep {
     model: Model,
@@ -67,6 +90,7 @@ pub struct Lockstep {
     capabilities: Capabilities,
     exact_kinds: bool,
     link: Option<Arc<OpLink>>,
+    value_check: ValueCheck,
 }
 
 impl Lockstep {
@@ -132,7 +156,13 @@ impl Lockstep {
             capabilities: Capabilities::full(),
             exact_kinds: true,
             link: None,
+            value_check: ValueCheck::default(),
         }
+    }
+
+    /// Compares views with `check` from now on (see [`ValueCheck`]).
+    pub fn set_value_check(&mut self, check: ValueCheck) {
+        self.value_check = check;
     }
 
     /// What the subject can express, which decides what is compared.
@@ -197,7 +227,7 @@ impl Lockstep {
         if let Some(link) = &self.link {
             link.set_index(index as u64);
         }
-        let before = self.model.clone();
+        let before = Before::of(&self.model);
         let expected: Outcome = self.model.apply(index as u64, op).into();
         match op {
             Op::Write(w) => self.step_write(index, w, &expected)?,
@@ -223,7 +253,8 @@ impl Lockstep {
         if expected.error_kind().is_some() {
             self.probe(index)?;
         }
-        self.coverage.observe(&before, &self.model, op, &expected);
+        self.coverage
+            .observe_from(&before, &self.model, op, &expected);
         Ok(expected)
     }
 
@@ -248,20 +279,33 @@ impl Lockstep {
         } else {
             (0, 0)
         };
-        let payload = |kv| {
-            write_tensor(
+        let built = match self.value_check {
+            ValueCheck::InPlace => write_tensors(
                 &config,
                 &self.device,
-                kv,
                 index as u64,
                 start,
                 len,
                 heads.clone(),
-            )
+            ),
+            ValueCheck::Materialized => {
+                let payload = |kv| {
+                    write_tensor(
+                        &config,
+                        &self.device,
+                        kv,
+                        index as u64,
+                        start,
+                        len,
+                        heads.clone(),
+                    )
+                };
+                payload(Kv::K).and_then(|k| Ok((k, payload(Kv::V)?)))
+            }
         };
-        let (k, v) = match (payload(Kv::K), payload(Kv::V)) {
-            (Ok(k), Ok(v)) => (k, v),
-            (Err(e), _) | (_, Err(e)) => {
+        let (k, v) = match built {
+            Ok(pair) => pair,
+            Err(e) => {
                 return Err(self.divergence(
                     index,
                     DivergenceKind::Backend,
@@ -295,6 +339,7 @@ impl Lockstep {
             reported,
             values,
             ring,
+            self.value_check,
         );
         drop(view);
         match self.check_layout(checked) {
@@ -502,6 +547,7 @@ impl Lockstep {
                     all_heads,
                     values,
                     ring,
+                    self.value_check,
                 );
                 drop(view);
                 self.check_layout(checked)
@@ -582,34 +628,59 @@ fn check_segmented(
     heads: Range<usize>,
     values: bool,
     ring: bool,
+    value_check: ValueCheck,
 ) -> SegmentedCheck {
-    let positions = view.positions.clone();
     // Global end and positions first: the shapes follow from them.
-    let empty = Tensor::zeros(0, candle_core::DType::F32, device)
-        .map_err(|e| (DivergenceKind::Backend, e.to_string(), Vec::new()))?;
-    let plain = View::new(
-        view.global_end,
-        positions.clone(),
-        empty.clone(),
-        empty,
-        false,
-    );
-    if let Some(failure) = check_view(model, ops, &plain, effect, heads.clone(), false) {
+    if let Some(failure) = check_positions(&view.positions, view.global_end, effect) {
         return Err(failure);
     }
+    let positions = view.positions.clone();
     if !values {
         return Ok((Vec::new(), positions));
     }
-    let materialized = materialize(view, model.config(), heads.clone(), device, ring)
-        .map_err(|(kind, actual)| (kind, actual, Vec::new()))?;
-    match check_view(model, ops, &materialized.view, effect, heads, true) {
-        Some(failure) => Err(failure),
-        None => Ok((materialized.claims, positions)),
+    let config = model.config();
+    match value_check {
+        ValueCheck::InPlace => {
+            let claims = check_segments(view, config, heads.clone(), ring)
+                .map_err(|(kind, actual)| (kind, actual, Vec::new()))?;
+            match compare_values(model, ops, view, heads) {
+                Some(failure) => Err(failure),
+                None => Ok((claims, positions)),
+            }
+        }
+        ValueCheck::Materialized => {
+            let materialized = materialize(view, config, heads.clone(), device, ring)
+                .map_err(|(kind, actual)| (kind, actual, Vec::new()))?;
+            match check_view(model, ops, &materialized.view, effect, heads, true) {
+                Some(failure) => Err(failure),
+                None => Ok((materialized.claims, positions)),
+            }
+        }
     }
 }
 
-/// Rows listed at most in a report.
-const REPORTED_ROWS: usize = 6;
+/// The view's global end and visible positions against the model's.
+fn check_positions(positions: &[u64], global_end: u64, effect: &Effect) -> Option<ViewFailure> {
+    let expected = effect.visible.as_deref().unwrap_or(&[]);
+    if global_end != effect.global_end {
+        return Some((
+            DivergenceKind::GlobalEnd,
+            format!("ok G={global_end}"),
+            Vec::new(),
+        ));
+    }
+    if positions != expected {
+        return Some((
+            DivergenceKind::Visible,
+            format!(
+                "ok G={global_end} visible {}",
+                kvmodel::format_ranges(positions.iter().copied())
+            ),
+            Vec::new(),
+        ));
+    }
+    None
+}
 
 /// Compares a view against the model's expectation (tensors only when the
 /// subject returns `values`). `None` when equal.
@@ -624,23 +695,8 @@ fn check_view(
     let config = model.config();
     let positions = effect.visible.as_deref().unwrap_or(&[]);
     let shown = |positions: &[u64]| kvmodel::format_ranges(positions.iter().copied());
-    if view.global_end != effect.global_end {
-        return Some((
-            DivergenceKind::GlobalEnd,
-            format!("ok G={}", view.global_end),
-            Vec::new(),
-        ));
-    }
-    if view.positions != positions {
-        return Some((
-            DivergenceKind::Visible,
-            format!(
-                "ok G={} visible {}",
-                view.global_end,
-                shown(&view.positions)
-            ),
-            Vec::new(),
-        ));
+    if let Some(failure) = check_positions(&view.positions, view.global_end, effect) {
+        return Some(failure);
     }
     if !values {
         return None;

@@ -45,7 +45,7 @@ fn mix(mut z: u64) -> u64 {
 /// The payload element for `row`, dim `dim`, of `kv`, as the f32 that the
 /// dtype value stands for.
 pub fn element(seed: u64, dtype: Dtype, kv: Kv, row: RowId, dim: usize) -> f32 {
-    let mut h = mix(seed ^ 0x6b76_6368_6563_6b00);
+    let mut h = seeded(seed);
     for part in [
         row.writer,
         row.position,
@@ -54,7 +54,7 @@ pub fn element(seed: u64, dtype: Dtype, kv: Kv, row: RowId, dim: usize) -> f32 {
         dim as u64,
         kv as u64,
     ] {
-        h = mix(h ^ part.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        h = mix(h ^ part.wrapping_mul(GOLDEN));
     }
     let mantissa_bits = match dtype {
         Dtype::F32 => 23,
@@ -65,6 +65,75 @@ pub fn element(seed: u64, dtype: Dtype, kv: Kv, row: RowId, dim: usize) -> f32 {
     let exponent = ((h >> 32) % 12) as i32 - 6;
     let sign = if (h >> 63) == 1 { -1.0 } else { 1.0 };
     sign * (1.0 + mantissa) * 2f32.powi(exponent)
+}
+
+/// The seed, salted: what [`element`] mixes first.
+fn seeded(seed: u64) -> u64 {
+    mix(seed ^ 0x6b76_6368_6563_6b00)
+}
+
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The same K and V rows as [`row`], computed together and fast: the hash
+/// of `(seed, writer, position, batch, head)` once per row, of the dim once
+/// per K/V pair, each value built from its bit fields instead of a `powi`.
+/// Calls `each(dim, k, v)` for every dim of the row with the values' bit
+/// patterns *in the dtype* (f32: 32 bits; f16, bf16: 16 bits, in the low
+/// half), which is what the cache stores. Bit-identical to [`element`]
+/// converted to the dtype (tested), which stays the definition.
+#[inline]
+pub fn row_bits(
+    seed: u64,
+    dtype: Dtype,
+    head_dim: usize,
+    id: RowId,
+    mut each: impl FnMut(usize, u32, u32),
+) {
+    let mut h = seeded(seed);
+    h = mix(h ^ id.writer.wrapping_mul(GOLDEN));
+    h = mix(h ^ id.position.wrapping_mul(GOLDEN));
+    h = mix(h ^ (id.batch as u64).wrapping_mul(GOLDEN));
+    h = mix(h ^ (id.head as u64).wrapping_mul(GOLDEN));
+    // (mantissa bits, exponent bits' position, exponent bias, sign bit)
+    let (mantissa_bits, bias, sign_at): (u32, u32, u32) = match dtype {
+        Dtype::F32 => (23, 127, 31),
+        Dtype::F16 => (10, 15, 15),
+        Dtype::Bf16 => (7, 127, 15),
+    };
+    // ±(1 + m / 2^bits) · 2^e with e ∈ [-6, 5]: normal in every dtype, so
+    // its fields are exactly the sign, `e + bias` and `m`.
+    let value = |h: u64| {
+        let mantissa = (h & ((1 << mantissa_bits) - 1)) as u32;
+        let exponent = ((h >> 32) % 12) as u32 + bias - 6;
+        let sign = (h >> 63) as u32;
+        (sign << sign_at) | (exponent << mantissa_bits) | mantissa
+    };
+    let k_salt = (Kv::K as u64).wrapping_mul(GOLDEN);
+    let v_salt = (Kv::V as u64).wrapping_mul(GOLDEN);
+    for dim in 0..head_dim {
+        let d = mix(h ^ (dim as u64).wrapping_mul(GOLDEN));
+        each(dim, value(mix(d ^ k_salt)), value(mix(d ^ v_salt)));
+    }
+}
+
+/// The bit pattern of `x` in `dtype` (see [`row_bits`]); exact for the
+/// values the dtype represents, which are all the harness ever builds.
+pub fn dtype_bits(x: f32, dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::F32 => x.to_bits(),
+        Dtype::F16 => f16::from_f32(x).to_bits() as u32,
+        Dtype::Bf16 => bf16::from_f32(x).to_bits() as u32,
+    }
+}
+
+/// The f32 value of a bit pattern in `dtype` (the inverse of
+/// [`dtype_bits`], exact: every dtype widens to f32 exactly).
+pub fn bits_value(bits: u32, dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::F32 => f32::from_bits(bits),
+        Dtype::F16 => f16::from_bits(bits as u16).to_f32(),
+        Dtype::Bf16 => bf16::from_bits(bits as u16).to_f32(),
+    }
 }
 
 /// The `D` payload values of one row.
@@ -105,6 +174,62 @@ pub fn write_tensor(
         config.dtype,
         device,
     )
+}
+
+/// The K and V tensors `[B, len, heads.len(), D]` that op `writer`
+/// writes: the same as [`write_tensor`] for each, built in one pass with
+/// [`row_bits`] straight into the dtype's element type.
+pub fn write_tensors(
+    config: &Config,
+    device: &Device,
+    writer: u64,
+    start: u64,
+    len: usize,
+    heads: std::ops::Range<usize>,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    match config.dtype {
+        Dtype::F32 => pair_tensors(config, device, writer, start, len, heads, f32::from_bits),
+        Dtype::F16 => pair_tensors(config, device, writer, start, len, heads, |b| {
+            f16::from_bits(b as u16)
+        }),
+        Dtype::Bf16 => pair_tensors(config, device, writer, start, len, heads, |b| {
+            bf16::from_bits(b as u16)
+        }),
+    }
+}
+
+fn pair_tensors<T: candle_core::WithDType>(
+    config: &Config,
+    device: &Device,
+    writer: u64,
+    start: u64,
+    len: usize,
+    heads: std::ops::Range<usize>,
+    from_bits: impl Fn(u32) -> T,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let shape = [config.batch, len, heads.len(), config.head_dim];
+    let elements = shape.iter().product();
+    let (mut k, mut v) = (Vec::with_capacity(elements), Vec::with_capacity(elements));
+    for batch in 0..config.batch {
+        for i in 0..len as u64 {
+            for head in heads.clone() {
+                let id = RowId {
+                    writer,
+                    position: start + i,
+                    batch,
+                    head,
+                };
+                row_bits(config.seed, config.dtype, config.head_dim, id, |_, x, y| {
+                    k.push(from_bits(x));
+                    v.push(from_bits(y));
+                });
+            }
+        }
+    }
+    Ok((
+        Tensor::from_vec(k, &shape, device)?,
+        Tensor::from_vec(v, &shape, device)?,
+    ))
 }
 
 /// A tensor of the dtype from f32 values that the dtype represents exactly.
@@ -202,6 +327,53 @@ mod tests {
                 let x = element(7, dtype, Kv::K, id, 2);
                 assert!(x.is_finite() && x != 0.0);
                 assert_eq!(kvmodel::quant::round_to_dtype(x, dtype), x);
+            }
+        }
+    }
+
+    #[test]
+    fn row_bits_are_the_elements_in_the_dtype() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            for n in 0..400u64 {
+                let id = RowId {
+                    writer: n * 7 % 13,
+                    position: n,
+                    batch: (n % 2) as usize,
+                    head: (n % 5) as usize,
+                };
+                let seed = n % 3;
+                let mut dims = 0;
+                row_bits(seed, dtype, 9, id, |dim, k, v| {
+                    for (kv, bits) in [(Kv::K, k), (Kv::V, v)] {
+                        let x = element(seed, dtype, kv, id, dim);
+                        assert_eq!(bits, dtype_bits(x, dtype));
+                        assert_eq!(bits_value(bits, dtype).to_bits(), x.to_bits());
+                    }
+                    dims += 1;
+                });
+                assert_eq!(dims, 9);
+            }
+        }
+    }
+
+    #[test]
+    fn paired_tensors_equal_the_single_ones() {
+        let mut config = Config::dense(4);
+        (config.heads, config.head_dim, config.batch, config.seed) = (4, 3, 2, 9);
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            config.dtype = dtype;
+            let (k, v) = write_tensors(&config, &Device::Cpu, 5, 2, 3, 1..3).unwrap();
+            for (kv, t) in [(Kv::K, k), (Kv::V, v)] {
+                let single = write_tensor(&config, &Device::Cpu, kv, 5, 2, 3, 1..3).unwrap();
+                assert_eq!(t.dims(), single.dims());
+                let bits = |t: &Tensor| -> Vec<u32> {
+                    tensor_values(t)
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect()
+                };
+                assert_eq!(bits(&t), bits(&single));
             }
         }
     }

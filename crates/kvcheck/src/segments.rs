@@ -77,6 +77,30 @@ pub(crate) fn materialize(
     })
 }
 
+/// Checks both sides' segment shapes and storage, K then V, as
+/// [`materialize`] does, without copying: the aliasing claims, or what
+/// failed. The values are compared in place by [`crate::viewcheck`].
+pub(crate) fn check_segments(
+    view: &SegmentedView<'_>,
+    config: &Config,
+    heads: Range<usize>,
+    zero_copy: bool,
+) -> Result<Vec<Claim>, Failure> {
+    let shape = [
+        config.batch,
+        view.positions.len(),
+        heads.len(),
+        config.head_dim,
+    ];
+    let dtype = kvcache::candle_dtype(config.dtype);
+    let mut claims = Vec::new();
+    for (kv, side) in [(Kv::K, &view.k), (Kv::V, &view.v)] {
+        check_shapes(kv, side, shape, dtype)?;
+        claims.extend(check_storage(kv, side, config, heads.start, zero_copy)?);
+    }
+    Ok(claims)
+}
+
 fn check_shapes(
     kv: Kv,
     side: &Segments,
