@@ -10,6 +10,7 @@
 //! otherwise. `for_each_device!` expands one test per device.
 
 mod device;
+mod vector_config;
 
 use std::fmt;
 use std::path::Path as FsPath;
@@ -17,6 +18,7 @@ use std::path::Path as FsPath;
 use candle_core::{DType, Device, Tensor};
 use kvcache::{DenseCache, KvCache, PackedCache, Path, RingCache};
 use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant, Variant, Write};
+use vector_config::config_from_trace;
 
 /// The implementation replayed on a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,41 +162,6 @@ fn lockstep(config: &Config, device: &Device, subject: Subject, ops: &[Op]) -> R
         }
     }
     Ok(())
-}
-
-fn config_from_trace(value: &serde_json::Value) -> Config {
-    let field = |name: &str| value.get(name).filter(|v| !v.is_null());
-    let int =
-        |name: &str, default: usize| field(name).map_or(default, |v| v.as_u64().unwrap() as usize);
-    let mut config = match field("variant").and_then(|v| v.as_str()) {
-        Some("packed") => Config::packed(int("capacity", 0)),
-        _ => Config::dense(int("capacity", 0)),
-    };
-    config.batch = int("batch", 1);
-    config.heads = int("heads", 1);
-    config.head_dim = int("head_dim", 1);
-    config.dtype =
-        field("dtype").map_or(Dtype::F32, |v| serde_json::from_value(v.clone()).unwrap());
-    config.sink = int("sink", 0);
-    config.window = field("window").map(|v| v.as_u64().unwrap() as usize);
-    config.growth = field("growth").is_some_and(|v| v.as_bool().unwrap());
-    config.global_sink = int("global_sink", 0);
-    config.seed = field("seed").map_or(0, |v| v.as_u64().unwrap());
-    config.packed = field("packed").map(|p| {
-        let defaults = PackedPolicy::default();
-        PackedPolicy {
-            keep_recent_chunks: p
-                .get("keep_recent_chunks")
-                .map_or(defaults.keep_recent_chunks, |v| {
-                    v.as_u64().unwrap() as usize
-                }),
-            quant: p.get("quant").map_or(defaults.quant, |v| {
-                serde_json::from_value(v.clone()).unwrap()
-            }),
-            pack_sink: p.get("pack_sink").is_some_and(|v| v.as_bool().unwrap()),
-        }
-    });
-    config
 }
 
 /// Every vector of `tests/vectors` (or of `$KVCACHE_VECTORS`).

@@ -2,34 +2,13 @@
 //! `--shard K/N` reports merge to the unsharded table, and bad arguments
 //! are typed input errors.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use kvcheck::scale::report::{PowerReport, Report};
 
-fn kvcheck(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvcheck"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("KVCHECK_JOBS")
-        .output()
-        .expect("the binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+mod cli_support;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn path(dir: &Path, name: &str) -> String {
-    dir.join(name).to_str().unwrap().to_string()
-}
+use cli_support::{kvcheck, path, scratch};
 
 fn power_report(file: &str) -> PowerReport {
     match Report::load(Path::new(file)).unwrap() {
