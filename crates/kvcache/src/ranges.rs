@@ -4,6 +4,30 @@
 
 use std::ops::Range;
 
+/// Consecutive positions `[position, position + len)` stored in consecutive
+/// slots `[slot, slot + len)`: the unit of both caches' slot maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// First position of the run.
+    pub position: u64,
+    /// Slot of `position`.
+    pub slot: usize,
+    /// Number of positions (never 0 inside a slot map).
+    pub len: usize,
+}
+
+impl Run {
+    /// The positions of the run.
+    pub fn positions(&self) -> Range<u64> {
+        self.position..self.position + self.len as u64
+    }
+
+    /// The slots of the run.
+    pub fn slots(&self) -> Range<usize> {
+        self.slot..self.slot + self.len
+    }
+}
+
 /// `range` minus `holes` (ascending, disjoint): the pieces left, ascending.
 pub fn subtract(range: Range<u64>, holes: &[Range<u64>]) -> impl Iterator<Item = Range<u64>> + '_ {
     let mut next = range.start;

@@ -102,6 +102,29 @@ pub enum RowSource {
     Unknown,
 }
 
+impl RowSource {
+    /// What the model says a view row at (`position`, `batch`, `head`)
+    /// must hold: its writer's payload (cold when the model quantized
+    /// it), or zeros for a head never written.
+    pub fn expected(model: &kvmodel::Model, position: u64, batch: usize, head: usize) -> RowSource {
+        match model
+            .writers(position)
+            .and_then(|w| w.get(head).copied().flatten())
+        {
+            Some(writer) => RowSource::Payload {
+                id: RowId {
+                    writer,
+                    position,
+                    batch,
+                    head,
+                },
+                cold: model.is_cold(position),
+            },
+            None => RowSource::Zeros,
+        }
+    }
+}
+
 impl fmt::Display for RowSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -32,7 +32,7 @@ use crate::coverage::{Before, Coverage};
 use crate::divergence::{
     decode_row, describe_outcome, Divergence, DivergenceKind, RowMismatch, RowSource,
 };
-use crate::payload::{expected_view, tensor_values, write_tensor, write_tensors, Kv, RowId};
+use crate::payload::{expected_view, tensor_values, write_tensor, write_tensors, Kv};
 use crate::segments::{check_claims, check_segments, materialize, Claim};
 use crate::subject::{open_cache, Capabilities, OpLink, SubjectFailure, SubjectSpec, Unsupported};
 use crate::trace::Trace;
@@ -739,25 +739,13 @@ fn check_view(
                 let (batch, rest) = (r / (positions.len() * hc), r % (positions.len() * hc));
                 let (i, head) = (rest / hc, heads.start + rest % hc);
                 let position = positions[i];
-                let expected_source = match model.writers(position).and_then(|w| w[head]) {
-                    Some(writer) => RowSource::Payload {
-                        id: RowId {
-                            writer,
-                            position,
-                            batch,
-                            head,
-                        },
-                        cold: model.is_cold(position),
-                    },
-                    None => RowSource::Zeros,
-                };
                 rows.push(RowMismatch {
                     kv,
                     row: i,
                     position,
                     head,
                     batch,
-                    expected: expected_source,
+                    expected: RowSource::expected(model, position, batch, head),
                     found: decode_row(config, ops, kv, batch, a),
                     slot: None,
                 });

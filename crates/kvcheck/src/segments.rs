@@ -47,6 +47,7 @@ pub(crate) fn materialize(
     device: &Device,
     zero_copy: bool,
 ) -> Result<Materialized, Failure> {
+    let claims = check_segments(view, config, heads.clone(), zero_copy)?;
     let shape = [
         config.batch,
         view.positions.len(),
@@ -54,11 +55,8 @@ pub(crate) fn materialize(
         config.head_dim,
     ];
     let dtype = kvcache::candle_dtype(config.dtype);
-    let mut claims = Vec::new();
     let mut tensors = Vec::new();
     for (kv, side) in [(Kv::K, &view.k), (Kv::V, &view.v)] {
-        check_shapes(kv, side, shape, dtype)?;
-        claims.extend(check_storage(kv, side, config, heads.start, zero_copy)?);
         let mut dst = Tensor::zeros(shape.to_vec(), dtype, device)
             .map_err(|e| (DivergenceKind::Backend, format!("allocating {kv:?}: {e}")))?;
         side.to_contiguous_into(&mut dst).map_err(|e| {
@@ -77,9 +75,9 @@ pub(crate) fn materialize(
     })
 }
 
-/// Checks both sides' segment shapes and storage, K then V, as
-/// [`materialize`] does, without copying: the aliasing claims, or what
-/// failed. The values are compared in place by [`crate::viewcheck`].
+/// Checks both sides' segment shapes and storage, K then V, without
+/// copying (what [`materialize`] checks before it copies): the aliasing
+/// claims, or what failed. The values are compared in place by [`crate::viewcheck`].
 pub(crate) fn check_segments(
     view: &SegmentedView<'_>,
     config: &Config,

@@ -272,9 +272,6 @@ fn compare(
                 if wrong.rows.len() < REPORTED_ROWS {
                     let (i, head) = (r / hc, heads.start + r % hc);
                     let position = positions[i];
-                    let writer = model
-                        .writers(position)
-                        .and_then(|w| w.get(head).copied().flatten());
                     let found: Vec<f32> = a.iter().map(|&b| bits_value(b, config.dtype)).collect();
                     wrong.rows.push(RowMismatch {
                         kv,
@@ -282,18 +279,7 @@ fn compare(
                         position,
                         head,
                         batch,
-                        expected: match writer {
-                            Some(writer) => RowSource::Payload {
-                                id: RowId {
-                                    writer,
-                                    position,
-                                    batch,
-                                    head,
-                                },
-                                cold: model.is_cold(position),
-                            },
-                            None => RowSource::Zeros,
-                        },
+                        expected: RowSource::expected(model, position, batch, head),
                         found: decode_row(config, ops, kv, batch, &found),
                         slot: None,
                     });

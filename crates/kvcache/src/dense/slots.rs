@@ -9,25 +9,7 @@
 
 use std::ops::Range;
 
-use crate::ranges::{intersect, subtract};
-
-/// Consecutive positions `[position, position + len)` stored in consecutive
-/// slots `[slot, slot + len)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Run {
-    /// First position of the run.
-    pub position: u64,
-    /// Slot of `position`.
-    pub slot: usize,
-    /// Number of positions (never 0 inside a [`SlotMap`]).
-    pub len: usize,
-}
-
-impl Run {
-    fn positions(&self) -> Range<u64> {
-        self.position..self.position + self.len as u64
-    }
-}
+use crate::ranges::{intersect, subtract, Run};
 
 /// A move of `len` rows from slot `from` down to slot `to` (`to < from`).
 /// A list of moves in ascending order can be executed front to back with

@@ -13,30 +13,8 @@
 
 use std::ops::Range;
 
-use crate::ranges::{intersect, normalize, subtract};
+use crate::ranges::{intersect, normalize, subtract, Run};
 use crate::{RingLayout, Slot};
-
-/// Consecutive positions `[position, position + len)` stored in
-/// consecutive slots `[slot, slot + len)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Run {
-    /// First position of the run.
-    pub position: u64,
-    /// Slot of `position`.
-    pub slot: usize,
-    /// Number of positions (never 0 inside a [`RingMap`]).
-    pub len: usize,
-}
-
-impl Run {
-    fn positions(&self) -> Range<u64> {
-        self.position..self.position + self.len as u64
-    }
-
-    fn slots(&self) -> Range<usize> {
-        self.slot..self.slot + self.len
-    }
-}
 
 /// The position → slot map of a ring of `capacity` slots.
 #[derive(Clone, Debug)]
