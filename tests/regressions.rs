@@ -12,7 +12,10 @@ use kvcheck::trace::{collect_trace_files, Trace};
 fn regression_corpus_replays_clean() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
     let files = collect_trace_files(std::slice::from_ref(&dir)).expect("the corpus is readable");
-    assert!(files.len() >= 13, "one trace per SPEC.md §8 row at least");
+    assert!(
+        files.len() >= 15,
+        "one trace per SPEC.md §8 row (D1–D15) at least"
+    );
     let mut failures = Vec::new();
     for path in &files {
         let trace = Trace::load(path).unwrap_or_else(|e| panic!("{e}"));

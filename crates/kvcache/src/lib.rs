@@ -83,10 +83,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// The SPEC.md kind, for contract refusals.
+    /// The SPEC.md kind, for contract refusals and for a payload of the
+    /// wrong shape or dtype (`invalid_argument`, SPEC.md §7: checked after
+    /// every contract check, so a request the contract refuses keeps its
+    /// own kind). Backend and external failures have none.
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Error::Contract(e) => Some(e.kind()),
+            Error::Payload { .. } => Some(ErrorKind::InvalidArgument),
             _ => None,
         }
     }

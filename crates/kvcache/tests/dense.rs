@@ -640,8 +640,20 @@ fn dense_bad_payload_changes_nothing() {
         .write(&Write::new(2, 2), &wrong_shape, &wrong_shape)
         .unwrap_err();
     assert!(matches!(err, kvcache::Error::Payload { .. }));
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument));
+    let message = err.to_string();
+    let expected = format!("{:?}", [1, 2, 2, config.head_dim]);
+    let actual = format!("{:?}", wrong_shape.dims());
+    assert!(
+        message.contains(&expected) && message.contains(&actual),
+        "the message names the actual {actual} and the expected {expected} shape: {message}"
+    );
     let wrong_dtype = good.to_dtype(DType::F16).unwrap();
-    assert!(cache.write(&Write::new(2, 2), &good, &wrong_dtype).is_err());
+    let err = cache
+        .write(&Write::new(2, 2), &good, &wrong_dtype)
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument));
+    assert!(err.to_string().contains("F16"), "{err}");
     // Contract first: a gap is `non_sequential` whatever the payload.
     let err = cache
         .write(&Write::new(5, 2), &wrong_shape, &good)

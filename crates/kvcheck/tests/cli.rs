@@ -315,3 +315,47 @@ fn every_engine_takes_an_exec_subject_with_its_options() {
     ]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+/// Every printed replay command runs as printed, once per subject kind that
+/// can diverge (a fault of the reference cache, a zoo fault on the shipped
+/// cache, on the generic path and on the ring, an `exec:` process): the
+/// subject a report names parses back, and replaying reproduces the
+/// divergence.
+#[test]
+fn every_printed_replay_command_reproduces_its_divergence() {
+    let adapter = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../adapters/reference_subject.py");
+    let exec = format!("exec:python3 {} --fault stale-rewrite", adapter.display());
+    let subjects = [
+        "fault:stale-rewrite",
+        "fault:roll-one-short",
+        "fault:roll-one-short@generic",
+        "fault:roll-one-short@ring",
+        exec.as_str(),
+    ];
+    for (i, subject) in subjects.iter().enumerate() {
+        let dir = scratch(&format!("printed_command_{i}"));
+        let (code, stdout, _) = kvcheck(&[
+            "replay",
+            vectors().to_str().unwrap(),
+            "--subject",
+            subject,
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{subject}: {stdout}");
+        let command = stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("reproduce: "))
+            .unwrap_or_else(|| panic!("{subject}: no replay command\n{stdout}"));
+        let words = shell_words::split(command).expect("the command is valid shell");
+        let prefix = ["cargo", "run", "--release", "-p", "kvcheck", "--"];
+        assert_eq!(words[..prefix.len()], prefix, "{command}");
+        let args: Vec<&str> = words[prefix.len()..].iter().map(String::as_str).collect();
+        let (code, replayed, stderr) = kvcheck(&args);
+        assert_eq!(code, 1, "{command} did not reproduce:\n{replayed}{stderr}");
+        assert!(
+            replayed.contains("divergence at step"),
+            "{command}:\n{replayed}"
+        );
+    }
+}

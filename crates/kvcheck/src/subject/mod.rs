@@ -130,7 +130,9 @@ impl SubjectSpec {
     /// Parses `cache`, `cache:ring` (or `ring`), `cache:in-place`,
     /// `cache:generic`, `reference`, `fault:NAME`, `fault:NAME@BASE` (a
     /// fault of the zoo on `shipped`, `generic` or `ring`) or
-    /// `exec:COMMAND ARGS`.
+    /// `exec:COMMAND ARGS`, and every name [`SubjectSpec::name`] reports
+    /// (`dense`, `packed`, `dense:generic`, …) but a factory's: a report's
+    /// subject parses back to the subject that produced it.
     pub fn parse(text: &str) -> Result<SubjectSpec, String> {
         if let Some(command) = text.strip_prefix("exec:") {
             return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
@@ -138,11 +140,17 @@ impl SubjectSpec {
         if text == "cache:ring" || text == "ring" {
             return Ok(SubjectSpec::Ring);
         }
-        if let Some(path) = text.strip_prefix("cache:") {
+        // A report names the shipped cache by its variant (`dense`,
+        // `packed:generic`, see `name`); those names parse back to the same
+        // subject so that every printed replay command runs as printed.
+        if let Some(path) = ["cache:", "dense:", "packed:"]
+            .iter()
+            .find_map(|prefix| text.strip_prefix(prefix))
+        {
             return Ok(SubjectSpec::CachePath(path.parse()?));
         }
         match text {
-            "cache" => Ok(SubjectSpec::Cache),
+            "cache" | "dense" | "packed" => Ok(SubjectSpec::Cache),
             "reference" => Ok(SubjectSpec::Reference),
             _ => {
                 let name = text.strip_prefix("fault:");
@@ -348,5 +356,40 @@ mod tests {
         let err = SubjectSpec::parse("cache:gpu").unwrap_err();
         assert!(err.contains("\"gpu\""), "{err}");
         assert!(generic.open(&Config::dense(4), &Device::Cpu).is_ok());
+    }
+
+    /// Every subject kind but a factory: the name a report prints parses
+    /// back to the same subject, on a dense and a packed configuration.
+    #[test]
+    fn every_report_name_parses_back_to_its_subject() {
+        let mut subjects = vec![
+            SubjectSpec::Cache,
+            SubjectSpec::Ring,
+            SubjectSpec::CachePath(kvcache::Path::Generic),
+            SubjectSpec::CachePath(kvcache::Path::InPlace),
+            SubjectSpec::Reference,
+            SubjectSpec::Exec(Arc::new(
+                ExecSubject::new("python3 adapters/reference_subject.py").unwrap(),
+            )),
+        ];
+        subjects.extend(Fault::ALL.map(SubjectSpec::Fault));
+        for fault in CacheFault::ALL {
+            for base in [FaultBase::Shipped, FaultBase::Generic, FaultBase::Ring] {
+                if base.holds(fault.variant()) {
+                    subjects.push(SubjectSpec::cache_fault(fault, base));
+                }
+            }
+        }
+        for subject in &subjects {
+            for config in [Config::dense(4), Config::packed(4)] {
+                let name = subject.name(&config);
+                let parsed = SubjectSpec::parse(&name)
+                    .unwrap_or_else(|e| panic!("report name {name:?} does not parse: {e}"));
+                assert_eq!(parsed.name(&config), name, "{name:?}");
+                if !matches!(subject, SubjectSpec::Exec(_)) {
+                    assert_eq!(&parsed, subject, "{name:?}");
+                }
+            }
+        }
     }
 }
