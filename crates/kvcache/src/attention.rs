@@ -7,7 +7,7 @@
 //! view without the contiguous copy. Over one segment it is exactly the
 //! contiguous computation ([`attention_contiguous`]); over several it
 //! agrees with it within f32 rounding of the merge (the property test in
-//! `tests/attention.rs` states the tolerance). Built from device-generic
+//! `tests/caches/attention.rs` states the tolerance). Built from device-generic
 //! candle ops.
 
 use candle_core::{DType, Tensor, D};

@@ -2,7 +2,7 @@
 //! `arbitrary`).
 //!
 //! The fuzz targets in `fuzz/`, `kvcheck from-fuzz` and the corpus test
-//! (`tests/fuzz_corpus.rs`) all decode input bytes here, so a crash file
+//! (`tests/suites/fuzz_corpus.rs`) all decode input bytes here, so a crash file
 //! means the same case everywhere.
 //!
 //! A [`FuzzCase`] is a bounded configuration (capacity ≤ 64, batch ≤ 2,

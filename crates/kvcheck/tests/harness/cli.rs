@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod cli_support;
-
-use cli_support::{kvcheck, scratch};
+use crate::cli_support::{kvcheck, scratch};
 
 fn vectors() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors")

@@ -1,9 +1,6 @@
 //! Running the `kvcheck` binary from the CLI tests: its exit status and
 //! output, and scratch folders under the target directory.
 
-// Each test crate that includes this module uses a different subset.
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

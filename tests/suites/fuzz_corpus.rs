@@ -6,7 +6,7 @@
 //! The seed corpus is built from `tests/vectors/*.kvtrace.json`:
 //!
 //! ```text
-//! cargo test --test fuzz_corpus -- --ignored regenerate_seed_corpus
+//! cargo test --test suites fuzz_corpus:: -- --ignored regenerate_seed_corpus
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -6,9 +6,7 @@ use std::path::Path;
 
 use kvcheck::scale::report::{PowerReport, Report};
 
-mod cli_support;
-
-use cli_support::{kvcheck, path, scratch};
+use crate::cli_support::{kvcheck, path, scratch};
 
 fn power_report(file: &str) -> PowerReport {
     match Report::load(Path::new(file)).unwrap() {

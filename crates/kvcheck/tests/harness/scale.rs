@@ -10,9 +10,7 @@ use kvcheck::strategy::PROFILES;
 use kvcheck::subject::{Fault, SubjectSpec};
 use kvcheck::Config;
 
-mod cli_support;
-
-use cli_support::{kvcheck, path, scratch};
+use crate::cli_support::{kvcheck, path, scratch};
 
 /// A report with its wall times zeroed: what must not depend on sharding.
 fn counts(report: Report) -> Report {

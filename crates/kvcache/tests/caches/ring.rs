@@ -1,5 +1,5 @@
 //! `RingCache`'s own promises, beyond the contract the lockstep suites
-//! check (`cargo test --test lockstep_suites ring`): history never moves,
+//! check (`cargo test --test suites lockstep_suites::ring`): history never moves,
 //! an append in the rolling steady state lands in at most two slot ranges,
 //! views are zero-copy segments, and materializing them checks its
 //! destination.

@@ -1,0 +1,18 @@
+//! The harness's integration tests, one binary: each module is one concern
+//! (a file per engine, format or subject kind), so a change relinks one
+//! test executable instead of one per file. Filter by module:
+//! `cargo test -p kvcheck --test harness zoo::`.
+
+mod capabilities;
+mod cli;
+mod cli_support;
+mod exec_subject;
+mod explain;
+mod explore;
+mod minimize;
+mod power_scale;
+mod scale;
+mod segments;
+mod trace_format;
+mod value_check;
+mod zoo;
