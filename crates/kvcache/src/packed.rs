@@ -34,6 +34,7 @@ mod storage;
 
 use storage::{overlap, Chunk, Piece, Rows};
 
+/// The packed cache of SPEC.md §6. See the module docs for the design.
 #[derive(Clone, Debug)]
 pub struct PackedCache {
     config: Config,

@@ -2,26 +2,25 @@
 //! op by op, against the reference model of `SPEC.md`.
 //!
 //! The vocabulary ([`Op`], [`Outcome`], [`Config`]) comes from `kvmodel`;
-//! this crate adds what every engine shares:
+//! the crate is four wings that follow the data (`docs/architecture.md`):
 //!
-//! - [`lockstep::Lockstep`], the one driver that applies each op to the
-//!   model and to a cache and compares everything, bit for bit;
-//! - [`divergence::Divergence`], the report of a disagreement;
-//! - [`trace::Trace`], the kvtrace/1 file format;
-//! - [`payload`], the deterministic K/V values the driver writes;
-//! - [`coverage::Coverage`], the labelled events a run reached;
-//! - [`explore::Explorer`], breadth-first exploration of every op
-//!   sequence up to a depth, with shortest counterexamples;
-//! - [`subject`], the implementations under test: the shipped caches, the
-//!   naive [`subject::ReferenceCache`] with injectable faults, a cache in
-//!   another process ([`subject::ExecSubject`], `docs/subject-protocol.md`)
-//!   or in another crate ([`subject::Factory`]), each with its
-//!   [`subject::Capabilities`];
-//! - [`suite`], every engine for a cache of another crate in one call.
+//! - [`subject`]: what is checked. The shipped caches, the naive
+//!   [`subject::ReferenceCache`] with injectable faults, a cache in another
+//!   process ([`subject::ExecSubject`], `docs/subject-protocol.md`) or in
+//!   another crate ([`subject::Factory`]), each with its [`Capabilities`];
+//!   [`SubjectSpec`] is the parsed `--subject` text.
+//! - [`check`]: the one driver, [`Lockstep`], that applies each op to the
+//!   model and to a subject and compares everything bit for bit, returning a
+//!   [`Divergence`]; the payloads, view checks, coverage and the kvtrace/1
+//!   format ([`Trace`]).
+//! - [`engine`]: how op sequences are made and what is done with a failure:
+//!   the property suites ([`suite`], [`machine`]), the campaign of `kvcheck
+//!   run` ([`scale`]), the [`Explorer`], the fuzz bodies, [`minimize`],
+//!   [`replay`], [`explain`] and [`power`].
+//! - [`report`]: the JSON reports of campaigns and their merge.
 //!
 //! ```
-//! use kvcheck::lockstep::Lockstep;
-//! use kvcheck::{Config, Op, Write};
+//! use kvcheck::{Config, Lockstep, Op, Write};
 //!
 //! let mut config = Config::dense(8);
 //! config.sink = 2;
@@ -30,26 +29,25 @@
 //! run.run(&ops).expect("the dense cache matches the model");
 //! ```
 
-pub mod atomic;
-pub mod coverage;
-pub mod divergence;
-pub mod explain;
-pub mod explore;
-#[cfg(feature = "arbitrary")]
-pub mod fuzzcase;
-pub mod lockstep;
-pub mod machine;
-pub mod minimize;
-pub mod payload;
-pub mod power;
-pub mod replay;
-pub mod scale;
-mod segments;
-pub mod strategy;
+pub mod check;
+pub mod engine;
+pub mod report;
 pub mod subject;
-pub mod suite;
-pub mod trace;
-mod viewcheck;
+
+// The vocabulary a user needs, at the crate root.
+pub use check::divergence::{Divergence, DivergenceKind};
+pub use check::lockstep::{Lockstep, SetupError};
+pub use check::trace::Trace;
+pub use engine::explore::Explorer;
+pub use subject::{Capabilities, SubjectSpec};
+
+// The modules by their earlier flat paths (`kvcheck::lockstep`, …), which
+// the binary, the fuzz targets, the benches and users' tests name.
+pub(crate) use check::{atomic, segments, viewcheck};
+pub use check::{coverage, divergence, lockstep, payload, trace};
+#[cfg(feature = "arbitrary")]
+pub use engine::fuzzcase;
+pub use engine::{explain, explore, machine, minimize, power, replay, scale, strategy, suite};
 
 pub use kvmodel::{
     CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Variant,

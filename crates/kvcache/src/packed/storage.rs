@@ -83,8 +83,6 @@ impl Chunk {
     }
 }
 
-/// The packed cache of SPEC.md §6. See the module docs for the design.
-
 /// Length of `a ∩ b`.
 pub(super) fn overlap(a: &Range<u64>, b: &Range<u64>) -> u64 {
     a.end.min(b.end).saturating_sub(a.start.max(b.start))

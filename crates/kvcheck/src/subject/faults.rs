@@ -3,7 +3,7 @@
 //! it catches and shrinks real failures without planting bugs in the shipped
 //! caches.
 
-/// A bug to inject into a [`ReferenceCache`].
+/// A bug to inject into a [`ReferenceCache`](super::ReferenceCache).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fault {
     /// Rewrites of positions below the global end keep the old values (a

@@ -5,7 +5,7 @@
 
 pub mod campaign;
 pub mod jobs;
-pub mod report;
+pub use crate::report;
 pub mod shard;
 
 pub use campaign::{Campaign, CampaignOutcome, Found, ProfileTally};

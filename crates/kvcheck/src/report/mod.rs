@@ -12,9 +12,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::Shard;
 use crate::coverage::Coverage;
 use crate::power::Catch;
+use crate::scale::Shard;
 
 /// The version tag of the report format.
 pub const REPORT_FORMAT: &str = "kvcheck-report/1";

@@ -1,0 +1,19 @@
+//! The engines: the ways op sequences are generated and driven through
+//! [`crate::check`]. Property suites ([`machine`], [`suite`], drawing from
+//! [`strategy`]), the random campaign of `kvcheck run` ([`scale`]), the
+//! exhaustive explorer ([`explore`]), the fuzz targets' bodies
+//! (`fuzzcase`, feature `arbitrary`), and what is done with a failure:
+//! [`minimize`], [`replay`], [`explain`]; [`power`] measures them all on
+//! the zoo of faults.
+
+pub mod explain;
+pub mod explore;
+#[cfg(feature = "arbitrary")]
+pub mod fuzzcase;
+pub mod machine;
+pub mod minimize;
+pub mod power;
+pub mod replay;
+pub mod scale;
+pub mod strategy;
+pub mod suite;
