@@ -41,7 +41,7 @@ use crate::strategy::{
     ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
 use crate::subject::{Capabilities, SubjectSpec};
-use kvmodel::Op;
+use kvmodel::{Config, Op};
 
 thread_local! {
     /// The subject of the suite or case running on this thread, with its
@@ -387,13 +387,13 @@ pub fn run_case<F: Family>(runner: &mut TestRunner, max_ops: usize) -> Result<Ca
 }
 
 /// Draws one op sequence of family `F` within `subject`'s capabilities
-/// from `runner` and checks it on `subject`. A profile the subject cannot
+/// from `runner`: its configuration and ops. A profile the subject cannot
 /// run at all is an error saying so.
-pub fn run_case_on<F: Family>(
+pub fn draw_case<F: Family>(
     runner: &mut TestRunner,
     max_ops: usize,
     subject: &SubjectSpec,
-) -> Result<CaseOutcome, String> {
+) -> Result<(Config, Vec<Op>), String> {
     use proptest::strategy::{Strategy as _, ValueTree as _};
     let capabilities = capabilities_of(subject)?;
     profile_support(F::PROFILE, &capabilities).map_err(|e| e.to_string())?;
@@ -405,8 +405,18 @@ pub fn run_case_on<F: Family>(
             .map(|tree| tree.current())
     })
     .map_err(|e| e.to_string())?;
-    let mut lockstep =
-        Lockstep::open(state.model.config(), subject, &Device::Cpu).map_err(|e| e.to_string())?;
+    Ok((state.model.config().clone(), transitions))
+}
+
+/// Draws one op sequence of family `F` within `subject`'s capabilities
+/// from `runner` ([`draw_case`]) and checks it on `subject`.
+pub fn run_case_on<F: Family>(
+    runner: &mut TestRunner,
+    max_ops: usize,
+    subject: &SubjectSpec,
+) -> Result<CaseOutcome, String> {
+    let (config, transitions) = draw_case::<F>(runner, max_ops, subject)?;
+    let mut lockstep = Lockstep::open(&config, subject, &Device::Cpu).map_err(|e| e.to_string())?;
     let mut outcome = CaseOutcome {
         ops_checked: 0,
         coverage: Coverage::default(),
@@ -422,6 +432,22 @@ pub fn run_case_on<F: Family>(
     outcome.coverage = lockstep.coverage().clone();
     Ok(outcome)
 }
+
+/// A case draw per entry of [`PROFILES`], in the same order.
+pub type CaseDraw = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), String>;
+
+/// [`draw_case`] for each profile, aligned with [`PROFILES`].
+pub const CASE_DRAWS: [CaseDraw; 9] = [
+    draw_case::<Tiny>,
+    draw_case::<Sinks>,
+    draw_case::<Window>,
+    draw_case::<Pins>,
+    draw_case::<Growth>,
+    draw_case::<MultiHead>,
+    draw_case::<BatchTwo>,
+    draw_case::<Half>,
+    draw_case::<Packed>,
+];
 
 /// A case runner per entry of [`PROFILES`], in the same order.
 pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, String>;

@@ -1,0 +1,203 @@
+//! What a subject is checked against: the reference model, its own
+//! transformed runs (relations, SPEC.md §9), or another subject.
+//!
+//! Every engine asks one question of a trace, [`Oracle::check`]: does the
+//! subject diverge, and where? With [`Oracle::Model`] that is the lockstep
+//! driver ([`crate::lockstep::Lockstep`]); with [`Oracle::Relations`] the
+//! relations of [`crate::relation`], which need no model and so check
+//! caches whose contract is not SPEC.md's; with [`Oracle::Subject`] the
+//! same steps on another implementation ([`crate::relation::differential`]).
+//! The command line takes `--oracle model|self|self:M9|SUBJECT`
+//! (`KVCHECK_ORACLE`), and a trace saved from a relation or differential
+//! failure names its oracle ([`crate::trace::OracleTag`]), so replaying it
+//! checks the same thing again.
+
+use std::fmt;
+
+use candle_core::Device;
+use kvmodel::{Config, Model, Op};
+use proptest::test_runner::TestRunner;
+
+use crate::coverage::{Before, Coverage};
+use crate::divergence::Divergence;
+use crate::lockstep::Lockstep;
+use crate::machine::{CaseOutcome, CASE_DRAWS, CASE_RUNNERS};
+use crate::relation::{self, instances_from_env, NotChecked, Relation, Work};
+use crate::subject::SubjectSpec;
+use crate::trace::{OracleKind, OracleTag};
+
+/// What a subject is checked against (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Oracle {
+    /// The reference model, op by op (`model`, the default).
+    #[default]
+    Model,
+    /// The subject's own transformed runs: every relation (`self`) or one
+    /// (`self:M9`).
+    Relations(Option<Relation>),
+    /// Another implementation (`cache:ring`, `exec:…`, any subject form).
+    Subject(SubjectSpec),
+}
+
+impl Oracle {
+    /// Parses `model`, `self`, `self:M9` (or `self:refusal-pure`), or any
+    /// form [`SubjectSpec::parse`] takes.
+    pub fn parse(text: &str) -> Result<Oracle, String> {
+        match text.trim() {
+            "model" | "" => Ok(Oracle::Model),
+            "self" => Ok(Oracle::Relations(None)),
+            other => match other.strip_prefix("self:") {
+                Some(name) => Relation::parse(name)
+                    .map(|r| Oracle::Relations(Some(r)))
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown relation {name:?}: expected one of {}",
+                            Relation::ALL.map(Relation::id).join(", ")
+                        )
+                    }),
+                None => SubjectSpec::parse(other)
+                    .map(Oracle::Subject)
+                    .map_err(|e| format!("not model, self, self:RELATION or a subject: {e}")),
+            },
+        }
+    }
+
+    /// `KVCHECK_ORACLE` (any form [`Oracle::parse`] takes), else the model.
+    pub fn from_env() -> Result<Oracle, String> {
+        match std::env::var("KVCHECK_ORACLE") {
+            Err(_) => Ok(Oracle::Model),
+            Ok(text) => Oracle::parse(&text).map_err(|e| format!("KVCHECK_ORACLE: {e}")),
+        }
+    }
+
+    /// The oracle a trace's `oracle` field names.
+    pub fn of_tag(tag: &OracleTag) -> Result<Oracle, String> {
+        match tag.kind {
+            OracleKind::SelfCheck => Ok(Oracle::Relations(tag.relation)),
+            OracleKind::Subject => {
+                let subject = tag.subject.as_deref().unwrap_or_default();
+                SubjectSpec::parse(subject).map(Oracle::Subject)
+            }
+        }
+    }
+
+    /// The oracle to check a trace with: `chosen` when the command line or
+    /// the environment chose one other than the model, else the one the
+    /// trace names, else the model.
+    pub fn for_trace(chosen: &Oracle, tag: Option<&OracleTag>) -> Result<Oracle, String> {
+        match (chosen, tag) {
+            (Oracle::Model, Some(tag)) => Oracle::of_tag(tag),
+            (chosen, _) => Ok(chosen.clone()),
+        }
+    }
+
+    /// Whether this is the model.
+    pub fn is_model(&self) -> bool {
+        *self == Oracle::Model
+    }
+
+    /// Checks `ops` on `config` with `subject` against this oracle and
+    /// returns the first divergence. A subject that cannot run the trace
+    /// (refuses the config, lacks a capability) is [`NotChecked`].
+    pub fn check(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+    ) -> Result<Option<Box<Divergence>>, NotChecked> {
+        self.check_counted(config, ops, subject, &mut Work::default())
+    }
+
+    /// [`Oracle::check`], counting the subject runs and ops spent.
+    pub fn check_counted(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+        work: &mut Work,
+    ) -> Result<Option<Box<Divergence>>, NotChecked> {
+        match self {
+            Oracle::Model => {
+                let mut lockstep = Lockstep::open(config, subject, &Device::Cpu)
+                    .map_err(|e| NotChecked(e.to_string()))?;
+                lockstep
+                    .capabilities()
+                    .supports_trace(config, ops)
+                    .map_err(|e| NotChecked(e.to_string()))?;
+                let result = lockstep.run(ops).err();
+                work.runs += 1;
+                work.ops += lockstep.ops().len();
+                Ok(result)
+            }
+            Oracle::Relations(only) => {
+                let all = Relation::ALL;
+                let relations = match only {
+                    Some(r) => std::slice::from_ref(r),
+                    None => &all[..],
+                };
+                relation::check(config, ops, subject, relations, instances_from_env(), work)
+            }
+            Oracle::Subject(other) => relation::differential(config, ops, subject, other, work),
+        }
+    }
+}
+
+impl fmt::Display for Oracle {
+    /// The form [`Oracle::parse`] takes back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Oracle::Model => f.write_str("model"),
+            Oracle::Relations(None) => f.write_str("self"),
+            Oracle::Relations(Some(r)) => write!(f, "self:{}", r.id()),
+            Oracle::Subject(subject) => write!(f, "{subject}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Oracle {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Oracle, String> {
+        Oracle::parse(text)
+    }
+}
+
+/// Draws case `profile` from `runner` (as the campaign and the suites do)
+/// and checks it against `oracle`. With the model this is the lockstep
+/// case runner; otherwise the drawn trace is checked whole and its
+/// coverage labelled from the model alone.
+pub fn run_case(
+    profile: usize,
+    runner: &mut TestRunner,
+    max_ops: usize,
+    subject: &SubjectSpec,
+    oracle: &Oracle,
+) -> Result<CaseOutcome, String> {
+    if oracle.is_model() {
+        return CASE_RUNNERS[profile](runner, max_ops, subject);
+    }
+    let (config, ops) = CASE_DRAWS[profile](runner, max_ops, subject)?;
+    let divergence = match oracle.check(&config, &ops, subject) {
+        Ok(found) => found,
+        Err(NotChecked(reason)) => return Err(reason),
+    };
+    Ok(CaseOutcome {
+        ops_checked: ops.len(),
+        coverage: model_coverage(&config, &ops),
+        divergence,
+    })
+}
+
+/// The events `ops` reach on the model (what the lockstep driver labels).
+pub fn model_coverage(config: &Config, ops: &[Op]) -> Coverage {
+    let mut coverage = Coverage::default();
+    let Ok(mut model) = Model::new(config) else {
+        return coverage;
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let before = Before::of(&model);
+        let outcome = model.apply(i as u64, op).into();
+        coverage.observe_from(&before, &model, op, &outcome);
+    }
+    coverage
+}
