@@ -292,9 +292,15 @@ impl fmt::Display for Divergence {
         if start > 0 {
             writeln!(f, "ops:      … {start} earlier ops")?;
         }
-        for (i, op) in self.trace.ops.iter().enumerate().skip(start) {
+        // A relation's trace runs past the step (its transformations are
+        // drawn from the whole trace): the later ops are counted, not listed.
+        let end = (self.step + 1).min(self.trace.ops.len());
+        for (i, op) in self.trace.ops[..end].iter().enumerate().skip(start) {
             let marker = if i == self.step { "→" } else { " " };
             writeln!(f, "        {marker} {i:>4}: {op}")?;
+        }
+        if self.trace.ops.len() > end {
+            writeln!(f, "          … {} later ops", self.trace.ops.len() - end)?;
         }
         writeln!(f, "expected: {}", self.expected)?;
         writeln!(f, "actual:   {}", self.actual)?;

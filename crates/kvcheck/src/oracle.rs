@@ -20,9 +20,9 @@ use proptest::test_runner::TestRunner;
 
 use crate::coverage::{Before, Coverage};
 use crate::divergence::Divergence;
-use crate::lockstep::Lockstep;
+use crate::lockstep::{Lockstep, SetupError};
 use crate::machine::{CaseOutcome, CASE_DRAWS, CASE_RUNNERS};
-use crate::relation::{self, instances_from_env, NotChecked, Relation, Work};
+use crate::relation::{self, instances_from_env, Finding, NotChecked, Relation, Work};
 use crate::subject::SubjectSpec;
 use crate::trace::{OracleKind, OracleTag};
 
@@ -91,6 +91,29 @@ impl Oracle {
         }
     }
 
+    /// What the oracle compares, in words, for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Oracle::Model => "every op against the reference model".to_string(),
+            Oracle::Relations(None) => {
+                "the subject against its own transformed runs, relations M1–M9".to_string()
+            }
+            Oracle::Relations(Some(r)) => format!("the subject against its own runs, relation {r}"),
+            Oracle::Subject(other) => format!("every op against the subject {other}"),
+        }
+    }
+
+    /// The `oracle` field of a trace checked against this (none for the
+    /// model).
+    pub fn tag(&self) -> Option<OracleTag> {
+        match self {
+            Oracle::Model => None,
+            Oracle::Relations(None) => Some(OracleTag::all_relations()),
+            Oracle::Relations(Some(r)) => Some(OracleTag::relation(*r)),
+            Oracle::Subject(other) => Some(OracleTag::subject(&other.to_string())),
+        }
+    }
+
     /// Whether this is the model.
     pub fn is_model(&self) -> bool {
         *self == Oracle::Model
@@ -118,12 +141,12 @@ impl Oracle {
     ) -> Result<Option<Box<Divergence>>, NotChecked> {
         match self {
             Oracle::Model => {
-                let mut lockstep = Lockstep::open(config, subject, &Device::Cpu)
-                    .map_err(|e| NotChecked(e.to_string()))?;
-                lockstep
-                    .capabilities()
-                    .supports_trace(config, ops)
-                    .map_err(|e| NotChecked(e.to_string()))?;
+                let mut lockstep =
+                    Lockstep::open(config, subject, &Device::Cpu).map_err(|e| match e {
+                        SetupError::Unsupported(e) => NotChecked::Unsupported(e),
+                        e => NotChecked::Setup(e.to_string()),
+                    })?;
+                lockstep.capabilities().supports_trace(config, ops)?;
                 let result = lockstep.run(ops).err();
                 work.runs += 1;
                 work.ops += lockstep.ops().len();
@@ -138,6 +161,43 @@ impl Oracle {
                 relation::check(config, ops, subject, relations, instances_from_env(), work)
             }
             Oracle::Subject(other) => relation::differential(config, ops, subject, other, work),
+        }
+    }
+}
+
+impl Oracle {
+    /// For an oracle other than the model: the failure of `ops` with both
+    /// runs, for a side-by-side explanation (`None` when it passes). The
+    /// model's walk is [`crate::explain::walk`].
+    pub fn find(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+    ) -> Result<Option<Finding>, NotChecked> {
+        let mut work = Work::default();
+        match self {
+            Oracle::Model => Err(NotChecked::Setup(
+                "the model's walk is explain::walk".to_string(),
+            )),
+            Oracle::Relations(only) => {
+                let all = Relation::ALL;
+                let relations = match only {
+                    Some(r) => std::slice::from_ref(r),
+                    None => &all[..],
+                };
+                relation::find(
+                    config,
+                    ops,
+                    subject,
+                    relations,
+                    instances_from_env(),
+                    &mut work,
+                )
+            }
+            Oracle::Subject(other) => {
+                relation::find_differential(config, ops, subject, other, &mut work)
+            }
         }
     }
 }
@@ -177,10 +237,9 @@ pub fn run_case(
         return CASE_RUNNERS[profile](runner, max_ops, subject);
     }
     let (config, ops) = CASE_DRAWS[profile](runner, max_ops, subject)?;
-    let divergence = match oracle.check(&config, &ops, subject) {
-        Ok(found) => found,
-        Err(NotChecked(reason)) => return Err(reason),
-    };
+    let divergence = oracle
+        .check(&config, &ops, subject)
+        .map_err(|e| e.to_string())?;
     Ok(CaseOutcome {
         ops_checked: ops.len(),
         coverage: model_coverage(&config, &ops),

@@ -22,6 +22,7 @@
 //! reference model over random traces.
 
 pub mod compare;
+mod explain;
 pub mod observe;
 pub mod transform;
 
@@ -31,11 +32,12 @@ use kvmodel::{Config, Op};
 use serde::{Deserialize, Serialize};
 
 use crate::divergence::{Divergence, DivergenceKind};
-use crate::subject::SubjectSpec;
+use crate::subject::{SubjectSpec, Unsupported};
 use crate::trace::{OracleTag, Trace};
 use compare::{first_mismatch, Compared, Mismatch};
+pub use explain::render;
 use observe::{observe, Plan, Transcript};
-use transform::{instances, Instance};
+use transform::{instances, Pair, Part};
 
 /// Instances tried per relation and trace when neither the caller nor
 /// `KVCHECK_RELATION_INSTANCES` says otherwise (the first and the last
@@ -164,8 +166,14 @@ impl fmt::Display for Relation {
 
 /// Why a trace could not be checked at all (not a divergence).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NotChecked(pub String);
+pub enum NotChecked {
+    /// The trace needs a capability a subject lacks: a skip.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// A subject could not be asked, opened or run.
+    #[error("{0}")]
+    Setup(String),
+}
 
 /// What [`check`] did, for callers that count work.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +182,32 @@ pub struct Work {
     pub runs: usize,
     /// Ops sent to the subject over all runs.
     pub ops: usize,
+}
+
+/// One side of a comparison: a plan and what its run showed.
+#[derive(Clone, Debug)]
+pub struct Side {
+    /// `original run`, the transformation in words, or a subject's name.
+    pub title: String,
+    /// The plan run.
+    pub plan: Plan,
+    /// What it showed.
+    pub run: Transcript,
+}
+
+/// A relation or differential failure with both runs, for explanations.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// The failure as every engine reports it.
+    pub divergence: Box<Divergence>,
+    /// The reference side: the original run, or the oracle subject's.
+    pub left: Side,
+    /// The side checked against it: the transformed run, or the subject's.
+    pub right: Side,
+    /// Corresponding steps.
+    pub pairs: Vec<Pair>,
+    /// The first pair that differs (none when a run ended in misbehaviour).
+    pub mismatch: Option<Mismatch>,
 }
 
 /// Runs `ops` on `subject`, then every instance of `relations` (at most
@@ -187,17 +221,37 @@ pub fn check(
     limit: usize,
     work: &mut Work,
 ) -> Result<Option<Box<Divergence>>, NotChecked> {
+    Ok(find(config, ops, subject, relations, limit, work)?.map(|f| f.divergence))
+}
+
+/// [`check`] with both runs of the failure.
+pub fn find(
+    config: &Config,
+    ops: &[Op],
+    subject: &SubjectSpec,
+    relations: &[Relation],
+    limit: usize,
+    work: &mut Work,
+) -> Result<Option<Finding>, NotChecked> {
     let capabilities = subject
         .capabilities()
-        .map_err(|f| NotChecked(f.to_string()))?;
-    capabilities
-        .supports_trace(config, ops)
-        .map_err(|e| NotChecked(e.to_string()))?;
+        .map_err(|f| NotChecked::Setup(f.to_string()))?;
+    capabilities.supports_trace(config, ops)?;
     let original = Plan::of(config, ops);
     let run = run_counted(subject, &original, work)?;
     let name = subject.name(config);
-    if let Some(d) = misbehaviour(&original, &run, &name, None) {
-        return Ok(Some(d));
+    let left = Side {
+        title: "original run".to_string(),
+        plan: original.clone(),
+        run: run.clone(),
+    };
+    if run.failure.is_some() {
+        let identity = identity(ops.len());
+        let tag = match relations {
+            [one] => OracleTag::relation(*one),
+            _ => OracleTag::all_relations(),
+        };
+        return Ok(Some(settle(left.clone(), left, identity, None, &name, tag)));
     }
     let compared = Compared {
         values: capabilities.values,
@@ -206,24 +260,34 @@ pub fn check(
     for &relation in relations {
         for instance in instances(relation, &original, &run, &capabilities, limit) {
             let other = run_counted(subject, &instance.plan, work)?;
+            let mismatch = first_mismatch(config, &run, &other, &instance.pairs, compared);
+            if mismatch.is_none() && other.failure.is_none() {
+                continue;
+            }
+            let right = Side {
+                title: format!("{} ({relation})", instance.what),
+                plan: instance.plan,
+                run: other,
+            };
             let tag = OracleTag::relation(relation);
-            if let Some(d) = misbehaviour(&original, &other, &name, Some((&instance, &tag))) {
-                return Ok(Some(d));
+            let mut finding = settle(left, right, instance.pairs, mismatch, &name, tag);
+            if finding.mismatch.is_some() {
+                finding.divergence.kind = DivergenceKind::Relation(relation);
             }
-            let found = first_mismatch(config, &run, &other, &instance.pairs, compared);
-            if let Some(mismatch) = found {
-                return Ok(Some(divergence(
-                    &original,
-                    &mismatch,
-                    DivergenceKind::Relation(relation),
-                    &format!("{} ({})", instance.what, relation),
-                    &name,
-                    tag,
-                )));
-            }
+            return Ok(Some(finding));
         }
     }
     Ok(None)
+}
+
+fn identity(n: usize) -> Vec<Pair> {
+    (0..n)
+        .map(|i| Pair {
+            original: i,
+            transformed: i,
+            part: Part::Whole,
+        })
+        .collect()
 }
 
 /// Runs `ops` on `subject` and on `oracle` with the same payloads and
@@ -237,57 +301,55 @@ pub fn differential(
     oracle: &SubjectSpec,
     work: &mut Work,
 ) -> Result<Option<Box<Divergence>>, NotChecked> {
+    Ok(find_differential(config, ops, subject, oracle, work)?.map(|f| f.divergence))
+}
+
+/// [`differential`] with both runs of the failure.
+pub fn find_differential(
+    config: &Config,
+    ops: &[Op],
+    subject: &SubjectSpec,
+    oracle: &SubjectSpec,
+    work: &mut Work,
+) -> Result<Option<Finding>, NotChecked> {
     let mut compared = Compared {
         values: true,
         exact: true,
     };
     for side in [subject, oracle] {
-        let capabilities = side.capabilities().map_err(|f| NotChecked(f.to_string()))?;
+        let capabilities = side
+            .capabilities()
+            .map_err(|f| NotChecked::Setup(f.to_string()))?;
         capabilities
             .supports_trace(config, ops)
-            .map_err(|e| NotChecked(format!("{}: {e}", side.name(config))))?;
+            .map_err(|e| Unsupported {
+                what: format!("{} ({})", e.what, side.name(config)),
+            })?;
         compared.values &= capabilities.values;
         compared.exact &= side.exact_kinds();
     }
     let plan = Plan::of(config, ops);
-    let expected = run_counted(oracle, &plan, work)?;
-    let actual = run_counted(subject, &plan, work)?;
+    let side = |spec: &SubjectSpec, work: &mut Work| -> Result<Side, NotChecked> {
+        Ok(Side {
+            title: spec.name(config),
+            plan: plan.clone(),
+            run: run_counted(spec, &plan, work)?,
+        })
+    };
+    let left = side(oracle, work)?;
+    let right = side(subject, work)?;
+    let pairs = identity(ops.len());
+    let mismatch = first_mismatch(config, &left.run, &right.run, &pairs, compared);
+    if mismatch.is_none() && left.run.failure.is_none() && right.run.failure.is_none() {
+        return Ok(None);
+    }
     let name = format!("{} against {}", subject.name(config), oracle.name(config));
     let tag = OracleTag::subject(&oracle.to_string());
-    for (run, side) in [(&expected, oracle), (&actual, subject)] {
-        if let Some((kind, message)) = &run.failure {
-            let step = run.seen.len().min(ops.len().saturating_sub(1));
-            let mismatch = Mismatch {
-                original: step,
-                transformed: step,
-                expected: "an answer".into(),
-                actual: format!("{}: {message}", side.name(config)),
-            };
-            return Ok(Some(divergence(&plan, &mismatch, *kind, "", &name, tag)));
-        }
+    let mut finding = settle(left, right, pairs, mismatch, &name, tag);
+    if finding.mismatch.is_some() {
+        finding.divergence.kind = DivergenceKind::Differential;
     }
-    let pairs: Vec<_> = (0..ops.len())
-        .map(|i| transform::Pair {
-            original: i,
-            transformed: i,
-            part: transform::Part::Whole,
-        })
-        .collect();
-    Ok(
-        first_mismatch(config, &expected, &actual, &pairs, compared).map(|mismatch| {
-            let what = format!("on {}", subject.name(config));
-            let mut d = divergence(
-                &plan,
-                &mismatch,
-                DivergenceKind::Differential,
-                &what,
-                &name,
-                tag,
-            );
-            d.expected = format!("{}: {}", oracle.name(config), mismatch.expected);
-            d
-        }),
-    )
+    Ok(Some(finding))
 }
 
 fn run_counted(
@@ -295,77 +357,76 @@ fn run_counted(
     plan: &Plan,
     work: &mut Work,
 ) -> Result<Transcript, NotChecked> {
-    let run = observe(subject, plan).map_err(NotChecked)?;
+    let run = observe(subject, plan).map_err(NotChecked::Setup)?;
     work.runs += 1;
     work.ops += run.seen.len() + usize::from(run.failure.is_some());
     Ok(run)
 }
 
-/// A run that ended in the subject's misbehaviour, as a divergence of that
-/// kind (at the original step the failing step corresponds to).
-fn misbehaviour(
-    original: &Plan,
-    run: &Transcript,
-    subject: &str,
-    instance: Option<(&Instance, &OracleTag)>,
-) -> Option<Box<Divergence>> {
-    let (kind, message) = run.failure.clone()?;
-    let failed = run.seen.len();
-    let step = match instance {
-        None => failed,
-        Some((instance, _)) => instance
-            .pairs
-            .iter()
-            .filter(|p| p.transformed <= failed)
-            .map(|p| p.original)
-            .max()
-            .unwrap_or(0),
-    };
-    let step = step.min(original.steps.len().saturating_sub(1));
-    let (what, tag) = match instance {
-        None => (String::new(), OracleTag::all_relations()),
-        Some((instance, tag)) => (
-            format!("{} ({})", instance.what, instance.relation),
-            tag.clone(),
-        ),
-    };
-    let mismatch = Mismatch {
-        original: step,
-        transformed: failed,
-        expected: "an answer".into(),
-        actual: message,
-    };
-    Some(divergence(original, &mismatch, kind, &what, subject, tag))
-}
-
-fn divergence(
-    original: &Plan,
-    mismatch: &Mismatch,
-    kind: DivergenceKind,
-    what: &str,
+/// The finding of two runs that part at `mismatch`, or of a run that
+/// ended in misbehaviour (a divergence of that kind, at the original step
+/// the failing step corresponds to). The divergence's kind is set by the
+/// caller for a mismatch.
+fn settle(
+    left: Side,
+    right: Side,
+    pairs: Vec<Pair>,
+    mismatch: Option<Mismatch>,
     subject: &str,
     tag: OracleTag,
-) -> Box<Divergence> {
-    let ops = original.ops();
-    let mut trace = Trace::new(original.config.clone(), ops.clone());
+) -> Finding {
+    let ops = left.plan.ops();
+    let mut trace = Trace::new(left.plan.config.clone(), ops.clone());
     trace.oracle = Some(tag);
-    let actual = if what.is_empty() {
-        mismatch.actual.clone()
-    } else {
-        format!(
-            "{what}, its op {}: {}",
-            mismatch.transformed, mismatch.actual
-        )
+    let failure = [&left, &right]
+        .into_iter()
+        .find_map(|side| side.run.failure.clone().map(|f| (side, f)));
+    let (step, kind, expected, actual) = match (&mismatch, failure) {
+        (Some(m), _) => (
+            m.original,
+            DivergenceKind::Differential,
+            format!("{}: {}", left.title, m.expected),
+            format!("{}, its op {}: {}", right.title, m.transformed, m.actual),
+        ),
+        (None, Some((side, (kind, message)))) => {
+            let failed = side.run.seen.len();
+            let step = pairs
+                .iter()
+                .filter(|p| p.transformed <= failed)
+                .map(|p| p.original)
+                .max()
+                .unwrap_or(0);
+            (
+                step,
+                kind,
+                "an answer".to_string(),
+                format!("{}, its op {failed}: {message}", side.title),
+            )
+        }
+        (None, None) => (
+            0,
+            DivergenceKind::Differential,
+            String::new(),
+            String::new(),
+        ),
     };
-    Box::new(Divergence {
-        step: mismatch.original,
-        op: ops[mismatch.original],
+    let step = step.min(ops.len().saturating_sub(1));
+    let divergence = Box::new(Divergence {
+        step,
+        op: ops[step],
         kind,
-        expected: format!("as the original run: {}", mismatch.expected),
+        expected,
         actual,
         rows: Vec::new(),
         trace,
         subject: subject.to_string(),
         saved: None,
-    })
+    });
+    Finding {
+        divergence,
+        left,
+        right,
+        pairs,
+        mismatch,
+    }
 }
