@@ -37,6 +37,7 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
 use crate::coverage::Coverage;
 use crate::lockstep::Lockstep;
+use crate::oracle::Oracle;
 use crate::strategy::{
     ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
@@ -229,6 +230,10 @@ pub struct SuiteSettings {
     /// `KVCHECK_SUBJECT` (with `KVCHECK_SUBJECT_TIMEOUT` and
     /// `KVCHECK_EXACT_KINDS`); default: the shipped caches.
     pub subject: SubjectSpec,
+    /// `KVCHECK_ORACLE`: what the subject is checked against (default: the
+    /// model, op by op; `self` runs the relations of SPEC.md §9 on each
+    /// drawn sequence, `SUBJECT` another implementation).
+    pub oracle: Oracle,
 }
 
 impl SuiteSettings {
@@ -251,6 +256,7 @@ impl SuiteSettings {
             max_ops: var("KVCHECK_MAX_OPS")?.unwrap_or(40).max(1),
             seed: var("KVCHECK_SEED")?,
             subject: SubjectSpec::from_env()?,
+            oracle: Oracle::from_env()?,
         })
     }
 
@@ -288,6 +294,15 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
     if let Err(unsupported) = profile_support(F::PROFILE, &capabilities) {
         eprintln!("skipped: {unsupported}");
         return Ok(Coverage::default());
+    }
+    if !settings.oracle.is_model() {
+        let required = required_events(F::PROFILE, &capabilities);
+        return crate::oracle::check_cases(
+            F::PROFILE,
+            CASE_DRAWS[profile_index(F::PROFILE)],
+            settings,
+            &required,
+        );
     }
     with_subject(&settings.subject, Arc::clone(&capabilities), || {
         run_family::<F>(settings, &capabilities)
@@ -431,6 +446,13 @@ pub fn run_case_on<F: Family>(
     }
     outcome.coverage = lockstep.coverage().clone();
     Ok(outcome)
+}
+
+fn profile_index(profile: &Profile) -> usize {
+    PROFILES
+        .iter()
+        .position(|p| p.name == profile.name)
+        .expect("families name entries of PROFILES")
 }
 
 /// A case draw per entry of [`PROFILES`], in the same order.

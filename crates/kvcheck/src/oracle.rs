@@ -21,8 +21,12 @@ use proptest::test_runner::TestRunner;
 use crate::coverage::{Before, Coverage};
 use crate::divergence::Divergence;
 use crate::lockstep::{Lockstep, SetupError};
-use crate::machine::{CaseOutcome, CASE_DRAWS, CASE_RUNNERS};
+use std::path::PathBuf;
+
+use crate::machine::{CaseDraw, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
+use crate::minimize::{max_tests_default, minimize_with};
 use crate::relation::{self, instances_from_env, Finding, NotChecked, Relation, Work};
+use crate::strategy::Profile;
 use crate::subject::SubjectSpec;
 use crate::trace::{OracleKind, OracleTag};
 
@@ -259,4 +263,59 @@ pub fn model_coverage(config: &Config, ops: &[Op]) -> Coverage {
         coverage.observe_from(&before, &model, op, &outcome);
     }
     coverage
+}
+
+/// The suite of one profile against an oracle other than the model:
+/// `settings.cases` sequences drawn by `draw` (seeded like the lockstep
+/// suites), each checked whole. The first divergence is minimized against
+/// the same oracle, saved under `target/kvcheck-failures/` and returned as
+/// the message; otherwise the coverage, which must reach `required`.
+pub fn check_cases(
+    profile: &Profile,
+    draw: CaseDraw,
+    settings: &SuiteSettings,
+    required: &[&str],
+) -> Result<Coverage, String> {
+    let subject = &settings.subject;
+    let mut runner = TestRunner::new(settings.proptest_config(profile));
+    let mut coverage = Coverage::default();
+    for case in 0..settings.cases {
+        let (config, ops) = draw(&mut runner, settings.max_ops, subject)?;
+        let found = settings
+            .oracle
+            .check(&config, &ops, subject)
+            .map_err(|e| format!("profile {}: {e}", profile.name))?;
+        coverage.merge(&model_coverage(&config, &ops));
+        let Some(found) = found else { continue };
+        let trace = found.trace.clone();
+        let small = minimize_with(
+            &trace,
+            subject.clone(),
+            &settings.oracle,
+            max_tests_default(),
+        )
+        .map(|m| m.divergence)
+        .unwrap_or(found);
+        let mut small = small;
+        let dir =
+            PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
+                .join("kvcheck-failures");
+        let saved = small.save_in(&dir).map(|path| path.display().to_string());
+        return Err(format!(
+            "profile {}: divergence found in case {case} of {} on {} against oracle {}\n{small}\nshrunk trace: {}",
+            profile.name,
+            settings.cases,
+            subject.name(&config),
+            settings.oracle,
+            saved.unwrap_or_else(|e| format!("(not saved: {e})"))
+        ));
+    }
+    let missing = coverage.missing(required);
+    if !missing.is_empty() {
+        return Err(format!(
+            "profile {}: {} cases never reached {:?}; the op strategy is too weak for it",
+            profile.name, settings.cases, missing
+        ));
+    }
+    Ok(coverage)
 }

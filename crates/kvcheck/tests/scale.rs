@@ -296,6 +296,7 @@ fn parallel_failing_suites_keep_their_own_traces() {
                         max_ops: 24,
                         seed: Some(5),
                         subject: SubjectSpec::Fault(fault),
+                        oracle: kvcheck::oracle::Oracle::Model,
                     };
                     check_family::<Tiny>(&settings).expect_err("the fault is found")
                 })
