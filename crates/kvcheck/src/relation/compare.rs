@@ -131,7 +131,7 @@ fn views_differ(
                             "{name} row {i} (position {position}, head {head}, batch {batch})"
                         );
                         return Some((
-                            format!("{}, {place} as written", positions(x)),
+                            format!("{}, {place}", positions(x)),
                             format!("{}, but {place} holds other bytes", positions(y)),
                         ));
                     }

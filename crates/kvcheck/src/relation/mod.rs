@@ -25,6 +25,7 @@
 pub mod compare;
 mod explain;
 pub mod observe;
+pub mod power;
 pub mod transform;
 
 use std::fmt;

@@ -272,11 +272,12 @@ fn refusal(error: &kvcache::Error) -> Result<Seen, (DivergenceKind, String)> {
             Err((DivergenceKind::Timeout, failure.to_string()))
         }
         (_, Some(failure)) => Err((DivergenceKind::Protocol, failure.to_string())),
-        // A payload or backend error: a refusal without a contract kind.
-        _ => Ok(Seen::Refused {
-            kind: None,
-            message,
-        }),
+        // An in-process cache failing outside the contract on a payload
+        // the harness built right: a bug of its own, as in lockstep.
+        _ => Err((
+            DivergenceKind::Backend,
+            format!("error outside the contract: {message}"),
+        )),
     }
 }
 
