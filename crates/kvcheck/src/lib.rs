@@ -17,6 +17,9 @@
 //!   the property suites ([`suite`], [`machine`]), the campaign of `kvcheck
 //!   run` ([`scale`]), the [`Explorer`], the fuzz bodies, [`minimize`],
 //!   [`replay`], [`explain`] and [`power`].
+//! - [`relation`] and [`oracle`]: what a step is compared with. The model
+//!   by default; the relations of SPEC.md §9 (the subject against its own
+//!   transformed runs, no model); or another subject (differential).
 //! - [`report`]: the JSON reports of campaigns and their merge.
 //!
 //! ```
@@ -31,6 +34,8 @@
 
 pub mod check;
 pub mod engine;
+pub mod oracle;
+pub mod relation;
 pub mod report;
 pub mod subject;
 

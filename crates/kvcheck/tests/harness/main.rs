@@ -12,6 +12,7 @@ mod explain;
 mod explore;
 mod minimize;
 mod power_scale;
+mod relations;
 mod scale;
 mod segments;
 mod trace_format;
