@@ -75,7 +75,7 @@ fn two_bugs_give_two_signatures() {
             .any(|s| s.kind == kind && s.op == "write" && s.shape.starts_with(shape))
     };
     assert!(
-        has("outcome", "err head_range (past the last head) → "),
+        has("outcome", "err head_range (end past the last head) → "),
         "{signatures:#?}"
     );
     assert!(
@@ -164,6 +164,7 @@ fn finding(shape: &str, count: u64, key: u64) -> FindingReport {
     FindingReport {
         signature: TriageSignature {
             kind: "outcome".into(),
+            variant: "dense".into(),
             op: "write".into(),
             shape: shape.into(),
         },

@@ -274,16 +274,17 @@ pub fn findings_table(findings: &[FindingReport]) -> String {
     let wf = width("first case", &|f| f.first.clone());
     let _ = writeln!(
         out,
-        "{:>3} {:>6}  {:<10} {:<6} {:<ws$}  {:<wf$} {:>4} {:>9}",
-        "#", "count", "kind", "op", "first difference", "first case", "ops", "minimized"
+        "{:>3} {:>6}  {:<10} {:<7} {:<6} {:<ws$}  {:<wf$} {:>4} {:>9}",
+        "#", "count", "kind", "variant", "op", "first difference", "first case", "ops", "minimized"
     );
     for (i, f) in findings.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{:>3} {:>6}  {:<10} {:<6} {:<ws$}  {:<wf$} {:>4} {:>9}",
+            "{:>3} {:>6}  {:<10} {:<7} {:<6} {:<ws$}  {:<wf$} {:>4} {:>9}",
             i + 1,
             f.count,
             f.signature.kind,
+            f.signature.variant,
             f.signature.op,
             shape(f),
             f.first,

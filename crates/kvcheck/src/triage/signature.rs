@@ -22,11 +22,14 @@ use crate::divergence::{Divergence, DivergenceKind, RowSource};
 pub struct TriageSignature {
     /// The divergence kind ([`DivergenceKind::name`]).
     pub kind: String,
+    /// The variant of the trace's config (`dense`, `packed`): two caches,
+    /// two code paths.
+    pub variant: String,
     /// The op at the divergence ([`Op::name`]).
     pub op: String,
     /// The shape of the first difference, kind-dependent: for an outcome
     /// `err non_sequential → ok` (with the rule of the refusal where it has
-    /// several, `heads: zero heads`), for visible positions the role of the
+    /// several: `err head_range (zero heads) → ok`), for visible positions the role of the
     /// first position that differs (`missing sink`, `extra evicted`), for
     /// values what the first wrong row holds instead of what
     /// (`an older write where its own write`), for a shape the axes that
@@ -39,6 +42,11 @@ impl TriageSignature {
     pub fn of(divergence: &Divergence) -> TriageSignature {
         TriageSignature {
             kind: divergence.kind.name().to_string(),
+            variant: match divergence.trace.config.variant {
+                kvmodel::Variant::Dense => "dense",
+                kvmodel::Variant::Packed => "packed",
+            }
+            .to_string(),
             op: divergence.op.name().to_string(),
             shape: shape(divergence),
         }
@@ -47,7 +55,7 @@ impl TriageSignature {
 
 impl fmt::Display for TriageSignature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} on {}", self.kind, self.op)?;
+        write!(f, "{} on {} {}", self.kind, self.variant, self.op)?;
         if !self.shape.is_empty() {
             write!(f, ": {}", self.shape)?;
         }
@@ -85,10 +93,14 @@ fn expected_outcome(d: &Divergence) -> String {
             "head_range" => w.heads.map(|[first, count]| {
                 if count == 0 {
                     "zero heads"
-                } else if first < 0 || count < 0 {
-                    "negative"
+                } else if first < 0 {
+                    "negative start"
+                } else if count < 0 {
+                    "negative count"
+                } else if first >= d.trace.config.heads as i64 {
+                    "start past the last head"
                 } else {
-                    "past the last head"
+                    "end past the last head"
                 }
             }),
             "non_sequential" if w.len == 0 => Some("zero length"),
@@ -197,15 +209,16 @@ fn visible_shape(d: &Divergence) -> String {
     }
 }
 
-/// The axes that differ in `K has shape [..] DT, expected [..] DT`.
+/// The axes that differ in `K has shape [..] DT, expected [..] DT` (or
+/// `K segments [..] declare [..] and hold N rows, expected [..] DT`): the
+/// last two bracketed lists are the found and the expected shape.
 fn shape_axes(actual: &str) -> String {
     let lists: Vec<Vec<&str>> = actual
         .split('[')
-        .skip(1)
         .filter_map(|s| s.split_once(']'))
         .map(|(inside, _)| inside.split(',').map(str::trim).collect())
         .collect();
-    let [found, wanted] = lists.as_slice() else {
+    let [.., found, wanted] = lists.as_slice() else {
         return String::new();
     };
     if found.len() != wanted.len() {
@@ -314,6 +327,10 @@ mod tests {
         assert_eq!(
             shape_axes("V has shape [1, 3, 2, 1] F16, expected [1, 2, 2, 1] F32"),
             "tokens, dtype"
+        );
+        assert_eq!(
+            shape_axes("K segments [[1, 1, 2, 1] F32] declare [1, 1, 2, 1] and hold 1 rows, expected [1, 1, 1, 1] F32"),
+            "heads"
         );
     }
 }
