@@ -197,9 +197,14 @@ def replay(subject, trace, exact_kinds=True):
         is_write = isinstance(op, dict) and "write" in op
         if is_write:
             w = op["write"]
-            heads = range(0)
-            if w.get("heads") is None or (w["heads"][0] >= 0 and w["heads"][1] >= 0):
-                heads = head_range(config, op)
+            # As kvcheck sends it (docs/subject-protocol.md): the hc heads a
+            # write names, even in a range the contract refuses; all heads
+            # for a negative hc.
+            heads = head_range(config, op)
+            if w.get("heads") is not None and w["heads"][0] < 0:
+                heads = range(max(0, w["heads"][1]))
+            if w.get("heads") is not None and w["heads"][1] < 0:
+                heads = range(config["heads"])
             length = max(0, w["len"])
             start = max(0, w["start"])
             request["k"] = base64.b64encode(payloads.tensor(0, index, start, length, heads)).decode()

@@ -624,6 +624,19 @@ class Reference(kvcheck.Subject):
         self.cache = None
         self.writes = 0  # writer ids: the protocol never shows them
 
+    @classmethod
+    def from_args(cls, argv):
+        """`--fault NAME`; `--list-faults` prints them and exits."""
+        parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+        parser.add_argument("--fault", choices=sorted(FAULTS), help="plant this bug (see --list-faults)")
+        parser.add_argument("--list-faults", action="store_true", help="print the faults and exit")
+        args = parser.parse_args(argv)
+        if args.list_faults:
+            for name in sorted(FAULTS):
+                print("%-24s %s" % (name, FAULTS[name]))
+            sys.exit(0)
+        return cls(args.fault)
+
     def open(self, config):
         self.cache = None
         self.cache = Cache(parse_config(config), self.fault)
@@ -677,15 +690,7 @@ class Session(_Session):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fault", choices=sorted(FAULTS), help="plant this bug (see --list-faults)")
-    parser.add_argument("--list-faults", action="store_true", help="print the faults and exit")
-    args = parser.parse_args(argv)
-    if args.list_faults:
-        for name in sorted(FAULTS):
-            print("%-24s %s" % (name, FAULTS[name]))
-        return 0
-    serve(Reference(args.fault), sys.stdin, sys.stdout)
+    serve(Reference.from_args(sys.argv[1:] if argv is None else argv))
     return 0
 
 

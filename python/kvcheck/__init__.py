@@ -8,6 +8,7 @@
   (used by the pytest plugin).
 """
 
+from .runner import Divergence, Result, binary, check
 from .subject import (
     DTYPES,
     ERROR_KINDS,
@@ -22,6 +23,10 @@ from .subject import (
 
 __all__ = [
     "AdapterError",
+    "Divergence",
+    "Result",
+    "binary",
+    "check",
     "DTYPES",
     "ERROR_KINDS",
     "FEATURES",

@@ -75,12 +75,20 @@ def encode(value, dtype, layout):
         if layout == "bhnd" and tensor.dim() == 4:
             tensor = tensor.transpose(1, 2)
         tensor = tensor.to(device="cpu", dtype=torch_dtype(torch, dtype)).contiguous()
-        return tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
+        raw = tensor.reshape(-1).view(torch.uint8)
+        try:
+            return raw.numpy().tobytes()
+        except (RuntimeError, ImportError):  # torch without numpy
+            return bytes(raw.tolist())
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.ndarray):
         return numpy_bytes(numpy, value, dtype, layout)
+    if numpy is not None and hasattr(value, "__array__"):
+        # Other array libraries (mlx, jax, cupy via .get()) convert to numpy.
+        return numpy_bytes(numpy, numpy.asarray(value), dtype, layout)
     raise TypeError(
-        "K/V of type %s: return a numpy array, a torch tensor or bytes" % type(value).__name__
+        "K/V of type %s: return a numpy array, a torch tensor, bytes, or an array numpy.asarray accepts"
+        % type(value).__name__
     )
 
 

@@ -61,6 +61,8 @@ class EchoNumpy(Echo):
             return super().write(start, length, heads, None, k.astype("float64"), v.astype("float64"))
         if recent_window == 2:
             return super().write(start, length, heads, None, k.tolist(), v)
+        if recent_window == 3:
+            return super().write(start, length, heads, None, ForeignArray(k), v)
         return super().write(start, length, heads, recent_window, k, v)
 
     def rewind(self, to):
@@ -68,6 +70,16 @@ class EchoNumpy(Echo):
 
     def view(self):
         return [], b"", b""
+
+
+class ForeignArray:
+    """An array of another library: numpy can convert it."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array
 
 
 class EchoBhnd(EchoNumpy):

@@ -226,6 +226,13 @@ class Outcomes(unittest.TestCase):
                 self.assertEqual(base64.b64decode(ok["k"]), raw)
 
     @needs_numpy
+    def test_arrays_numpy_can_convert_are_accepted(self):
+        session = self.session(echo_subjects.EchoNumpy)
+        data = floats(1, 2, 3, 4)
+        ok = session.handle(write(0, 1, data, recent_window=3))["ok"]
+        self.assertEqual(base64.b64decode(ok["k"]), data)
+
+    @needs_numpy
     def test_bf16_rounds_to_nearest_even(self):
         from kvcheck import _arrays
 

@@ -47,6 +47,13 @@ fn appends(count: i64, len: i64) -> Vec<Op> {
         .collect()
 }
 
+fn two_heads() -> Config {
+    Config {
+        heads: 2,
+        ..Config::dense(4)
+    }
+}
+
 fn head_range(first: i64, count: i64) -> Op {
     Op::Write(Write {
         heads: Some([first, count]),
@@ -102,10 +109,7 @@ fn a_refused_head_range_carries_the_heads_it_names() {
     if python_missing() {
         return;
     }
-    let config = Config {
-        heads: 2,
-        ..Config::dense(4)
-    };
+    let config = two_heads();
     // [-1, 1] and [2, 1] name one head, [0, 0] none, [1, 2] two: the
     // payload holds exactly those, as a caller of a library would pass.
     for (first, count) in [(-1, 1), (2, 1), (0, 0), (1, 2), (0, 3)] {
@@ -119,10 +123,7 @@ fn an_adapters_own_refusal_never_agrees_with_the_model() {
     if python_missing() {
         return;
     }
-    let config = Config {
-        heads: 2,
-        ..Config::dense(4)
-    };
+    let config = two_heads();
     run("", &config, &[head_range(2, 1)]).expect("the cache refuses: agreement");
     let d = run(
         "--adapter-refuses-head-ranges",
