@@ -10,8 +10,10 @@
 # 2. builds kvcheck (KVCHECK=path skips the build);
 # 3. the clean protocol of SPEC.md §8: 300 random traces
 #    (adapters/clean_protocol.py), replayed with exact error kinds;
-# 4. the divergence classes: scripts/sglang_findings.py runs one engine
-#    search per class, minimizes, replays unmasked, and saves
+# 4. the divergence classes: scripts/sglang_findings.py runs ten engine
+#    searches in triage mode (--keep-going: every divergence grouped by
+#    signature, one minimized representative each), matches the findings
+#    to the classes of SPEC.md §8, replays them unmasked, and saves
 #    tests/external/sglang/*.kvtrace.json and findings.json;
 # 5. with `releases`: the clean protocol and the saved findings replayed on
 #    each release of SGLANG_RELEASES, default 0.5.13 to 0.5.23

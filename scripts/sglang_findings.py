@@ -2,23 +2,26 @@
 """Finds, minimizes and saves sglang's divergences from the cache contract.
 
 Run through scripts/sglang-findings.sh, which sets up the environment and
-builds kvcheck first. For every search below, an engine of kvcheck (explore
-or run) checks sglang's real caches through adapters/sglang/subject.py; the
-first divergence it saves is minimized with `kvcheck minimize` and replayed
-on the *unmasked* subject, whose report is what docs/sglang.md quotes.
+builds kvcheck first. Each search below runs an engine of kvcheck (explore or
+run) in triage mode (`--keep-going`) on sglang's real caches through
+adapters/sglang/subject.py: the engine records every divergence, groups them
+by signature (kind, variant, op, the shape of the first difference, the
+exception type) and minimizes one representative of each. Each finding is
+then matched to a class of SPEC.md §8 (CLASSES), replayed on the *unmasked*
+subject, and saved when plain sglang still diverges there; a finding that
+matches no class is reported as such.
 
-Masks (adapters/sglang/subject.py --mask) hold back requests of findings
-already made, the way a fuzzer suppresses a known crash, so that each search
-reports a new class; the minimizer runs with the same masks so it cannot
-drift back to an earlier finding, and the replay without masks confirms that
-the minimized trace shows plain sglang diverging.
+Masks (adapters/sglang/subject.py --mask) hold back requests of the cheapest
+findings, which otherwise end most cases of a `run` before the deeper ones
+are reached, the way a fuzzer suppresses a known crash; the minimizer runs
+with the same masks, and the replay without masks confirms that the
+minimized trace shows plain sglang diverging.
 
 Writes tests/external/sglang/<id>.kvtrace.json, tests/external/sglang/
 findings.json (what the replay test checks) and a Markdown report.
 """
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -33,54 +36,96 @@ CONFIGS = os.path.join(ROOT, "scripts", "sglang-configs")
 SAVED = os.path.join(ROOT, "tests", "external", "sglang")
 
 ARGS = ["gap-probe", "gap", "negative", "head-range", "pin-args"]
+DEEP = ["probe-at-end", "raises", "capacity-fit"]
 
-# id, SPEC.md §8 class, what the search aims at, engine, engine arguments,
-# masks, exact kinds, which saved divergence to keep (a regex on its file
-# name and, optionally, on its ops).
+# id, what it aims at, engine, engine arguments, masks, exact kinds.
 SEARCHES = [
-    ("d11-zero-length-gap-write", "D11", "any dense cache", "explore",
-     ["--depth", "3", "--capacity", "4", "--sink", "1"], [], False, r"outcome", None),
-    ("d02-gap-write", "D2", "same, zero-length gap writes masked", "explore",
-     ["--depth", "3", "--capacity", "4", "--sink", "1"], ["gap-probe"], False, r"outcome", None),
-    ("d04-chunk-beside-sink", "D4", "same, argument findings masked", "explore",
-     ["--depth", "3", "--capacity", "4", "--sink", "1"], ARGS, False, r"outcome", None),
-    ("d06-chunk-larger-than-window", "D6", "window below capacity", "explore",
-     ["--depth", "3", "--config", "window.kvtrace.json"], ARGS, False, r"outcome", None),
-    ("d01-window-drops-sink", "D1", "window below capacity, D4/D6 and raising writes masked", "explore",
-     ["--depth", "3", "--config", "window.kvtrace.json"],
-     ARGS + ["probe-at-end", "own-view", "window-fit", "capacity-fit", "raises"], False, r"visible", None),
-    ("d03-rewrite-of-sink-raises", "D3", "pins config, D4 masked, reads at the end", "explore",
-     ["--depth", "3", "--small-alphabet", "--config", "pins.kvtrace.json"],
-     ARGS + ["probe-at-end", "capacity-fit"], False, r"outcome", None),
-    ("d05-failing-write-mutates", "D5", "two heads, argument findings masked", "explore",
-     ["--depth", "3", "--config", "heads.kvtrace.json"], ARGS, False, r"probe", None),
-    ("d12-negative-recent-window-packed", "D12", "packed, exact kinds", "explore",
-     ["--depth", "2", "--exact-kinds", "--config", "packed.kvtrace.json"],
-     ["gap-probe", "gap", "head-range", "packed-zero-len"], True, r"exception", None),
-    ("d10-packed-head-range", "D10", "packed, two heads", "explore",
-     ["--depth", "2", "--config", "packed-heads.kvtrace.json"], ARGS + ["packed-zero-len"], False, r"shape", None),
-    ("d09-packed-window", "D9", "packed, window below capacity", "explore",
-     ["--depth", "3", "--config", "packed-window.kvtrace.json"],
-     ARGS + ["packed-zero-len", "window-fit", "capacity-fit", "raises", "probe-at-end"], False, r"visible", None),
-    ("d07-pin-lost", "D7", "profile pins, raising and argument findings masked", "run",
-     ["--profile", "pins", "--seed", "3", "--cases", "300", "--time", "120"],
-     ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"visible", r'"pin"'),
-    ("d13-head-range-start-ignored", "D13", "profile multi-head, no pins, gap, zero-head and raising findings masked",
-     "run", ["--profile", "multi-head", "--seed", "1", "--cases", "300", "--time", "120"],
-     ["no-pin", "gap-probe", "gap", "negative", "empty-heads", "probe-at-end", "raises", "capacity-fit"], False,
-     r"outcome", r'"heads"'),
-    ("d08-head-range-roll", "D8", "profile multi-head, no pins, no resets, argument and raising findings masked", "run",
+    ("dense", "dense C=4 S=1, no masks: gap writes, chunks beside the sink", "explore",
+     ["--depth", "2", "--capacity", "4", "--sink", "1"], [], False),
+    ("window", "window below capacity, argument findings masked", "explore",
+     ["--depth", "2", "--config", "window.kvtrace.json"], ARGS, False),
+    ("pins", "pins config, argument findings and chunks beside the sink masked, reads at the end", "explore",
+     ["--depth", "3", "--small-alphabet", "--config", "pins.kvtrace.json"], ARGS + ["probe-at-end", "capacity-fit"], False),
+    ("heads", "two heads, argument findings masked", "explore",
+     ["--depth", "2", "--config", "heads.kvtrace.json"], ARGS, False),
+    ("packed-heads", "packed, two heads", "explore",
+     ["--depth", "2", "--config", "packed-heads.kvtrace.json"], ARGS + ["packed-zero-len"], False),
+    ("packed-window", "packed, window below capacity, raising and fitting writes masked", "explore",
+     ["--depth", "2", "--config", "packed-window.kvtrace.json"],
+     ARGS + ["packed-zero-len", "window-fit"] + DEEP, False),
+    ("packed-exact", "packed, exact kinds", "explore",
+     ["--depth", "1", "--exact-kinds", "--config", "packed.kvtrace.json"],
+     ["gap-probe", "gap", "head-range", "packed-zero-len"], True),
+    ("head-ranges", "profile multi-head, no pins, every head range unmasked", "run",
+     ["--profile", "multi-head", "--seed", "1", "--cases", "300", "--time", "120"],
+     ["no-pin", "gap-probe", "gap", "negative"] + DEEP, False),
+    ("multi-head", "profile multi-head, no pins, argument and raising findings masked", "run",
      ["--profile", "multi-head", "--seed", "2", "--cases", "300", "--time", "120"],
-     ["no-pin", "no-reset"] + ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"(values|visible)",
-     r'"heads"'),
-    # Not a row of SPEC.md §8: found by the D8 search before resets were
-    # masked there. reset_indices() keeps the buffers, so a head-range write
-    # after a reset shows the old stream's rows in the heads it leaves out
-    # (SPEC.md §7: zeros, writer null).
-    ("x01-reset-keeps-head-rows", "X1", "profile multi-head, no pins, argument and raising findings masked", "run",
-     ["--profile", "multi-head", "--seed", "2", "--cases", "300", "--time", "120"],
-     ["no-pin"] + ARGS + ["probe-at-end", "raises", "capacity-fit"], False, r"values", r'"reset"'),
+     ["no-pin"] + ARGS + DEEP, False),
+    ("pin-roll", "profile pins, argument and raising findings masked", "run",
+     ["--profile", "pins", "--seed", "3", "--cases", "300", "--time", "120"], ARGS + DEEP, False),
 ]
+
+
+def ops_of(trace):
+    return [next(iter(op)) if isinstance(op, dict) else op for op in trace["ops"]]
+
+
+def head_write(trace):
+    return any(isinstance(op, dict) and "write" in op and "heads" in op["write"] for op in trace["ops"])
+
+
+# id, SPEC.md §8 class, what sglang does, and the test a finding (its
+# signature: kind, variant, op, shape; its minimized trace) must pass.
+CLASSES = [
+    ("d01-window-drops-sink", "D1", "`W < C` with a sink: the dense view drops the sink",
+     lambda s, t: (s["kind"], s["variant"], s["shape"]) == ("visible", "dense", "missing sink")),
+    ("d02-gap-write", "D2", "a write past the global end is accepted",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err non_sequential → ok")),
+    ("d03-rewrite-below-window-start", "D3", "a rewrite below sglang's window start raises (\"Invalid … write range\"), or lands on an evicted position",
+     lambda s, t: s["kind"] == "outcome" and s["shape"] in ("ok → exception RuntimeError", "err evicted → ok")),
+    ("d04-chunk-beside-sink", "D4", "a chunk that does not fit beside the sink overwrites it",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err chunk_too_large → ok")),
+    ("d05-failing-write-mutates", "D5", "a failing write has already changed the cache",
+     lambda s, t: (s["kind"], s["variant"], s["op"]) == ("probe", "dense", "write")),
+    ("d06-chunk-larger-than-window", "D6", "a chunk larger than its window is cut out of its own view",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err window_too_small → ok")),
+    ("d07-pin-lost", "D7", "a pin not aligned with the roll is lost",
+     lambda s, t: s["kind"] == "visible" and s["shape"] in ("missing pin", "duplicated")),
+    ("d08-head-range-roll", "D8", "a head-range write rolls only its heads",
+     lambda s, t: s["kind"] in ("visible", "values") and s["variant"] == "dense" and head_write(t)
+     and "reset" not in ops_of(t) and s["shape"] not in ("missing pin", "missing sink")),
+    ("d09-packed-window", "D9", "the packed cache retains whole chunks",
+     lambda s, t: (s["kind"], s["variant"]) == ("visible", "packed")),
+    ("d10-packed-head-range", "D10", "a packed head-range write returns every head",
+     lambda s, t: (s["kind"], s["variant"]) == ("shape", "packed") and "heads" in s["shape"]),
+    ("d11-zero-length-gap-write", "D11", "a zero-length write past the global end advances it",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err non_sequential (zero length) → ok")),
+    ("d12-negative-recent-window", "D12", "a negative recent window raises after mutating",
+     lambda s, t: s["kind"] == "exception" and s["shape"] == "err negative_window → exception ValueError"),
+    ("d13-head-range-end-past-last-head", "D13", "a head range reaching past the last head is accepted",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err head_range (end past the last head) → ok")),
+    ("d14-reset-keeps-head-rows", "D14", "reset keeps the old stream's rows in heads a head-range write leaves out",
+     lambda s, t: (s["kind"], s["variant"], s["shape"]) == ("values", "dense", "a write where zeros")
+     and "reset" in ops_of(t) and head_write(t)),
+    ("d15-zero-head-range", "D15", "a head range of zero heads is accepted",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err head_range (zero heads) → ok")),
+    # Not rows of SPEC.md §8.
+    ("n1-head-range-negative-start", "N1", "a head range with a negative start is accepted",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err head_range (negative start) → ok")),
+    ("n2-head-range-start-past-last-head", "N2", "a head range starting past the last head is accepted",
+     lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err head_range (start past the last head) → ok")),
+    ("n3-pin-range-accepted", "N3", "a pin the contract refuses (no sink, or past the global end) is accepted",
+     lambda s, t: (s["kind"], s["op"], s["shape"]) == ("outcome", "pin", "err pin_range → ok")),
+]
+
+
+def held_back(finding, masks):
+    """Whether a finding is a mask's own refusal where the contract accepts
+    (a masked request answered with the contract's kind for the finding it
+    holds back): the mask's doing, not sglang's."""
+    shape = finding["signature"]["shape"]
+    return finding["signature"]["kind"] == "outcome" and shape.startswith("ok → err ") and bool(masks)
 
 
 def subject(python, version, masks):
@@ -120,19 +165,6 @@ def first_block(text):
     return "\n".join(block)
 
 
-def pick(out_dir, pattern, ops_pattern):
-    files = sorted(glob.glob(os.path.join(out_dir, "*.kvtrace.json")), key=os.path.getmtime)
-    for path in files:
-        if not re.search(pattern, os.path.basename(path)):
-            continue
-        with open(path) as f:
-            text = f.read()
-        if ops_pattern and not re.search(ops_pattern, json.dumps(json.loads(text)["ops"])):
-            continue
-        return path
-    return None
-
-
 def probes_at_end(path):
     """Writes the zero-length reads of a trace the way the probe-at-end mask
     asked them, at the global end (the contract's view is the same), so the
@@ -150,6 +182,36 @@ def probes_at_end(path):
         json.dump(trace, f, indent=1)
 
 
+def effort(engine, report):
+    """The engine's own count of its work, from its --json report."""
+    if engine == "run":
+        cases = sum(p["cases"] for p in report["profiles"])
+        ops = sum(p["ops"] for p in report["profiles"])
+        diverged = sum(p["divergences"] for p in report["profiles"])
+        return ops, "%d cases, %d ops checked, %d of the cases diverged" % (cases, ops, diverged)
+    transitions = sum(c["transitions"] for c in report["configs"])
+    depth = min((c["depth_completed"] for c in report["configs"]), default=0)
+    return transitions, "depth %d of %d completed, %d transitions checked" % (depth, report["depth"], transitions)
+
+
+def classify(finding):
+    """The class a finding belongs to (by its signature and minimized
+    trace), or None."""
+    path = finding.get("minimized_trace")
+    if not path:
+        return None
+    with open(path) as f:
+        trace = json.load(f)
+    for sid, klass, title, test in CLASSES:
+        if test(finding["signature"], trace):
+            return sid, klass, title
+    return None
+
+
+def signature_text(s):
+    return "%s on %s %s%s" % (s["kind"], s["variant"], s["op"], ": " + s["shape"] if s["shape"] else "")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kvcheck", required=True)
@@ -157,77 +219,87 @@ def main(argv=None):
     parser.add_argument("--version", default=os.environ.get("SGLANG_VERSION", "0.5.23"))
     parser.add_argument("--work", required=True, help="scratch directory")
     parser.add_argument("--only", action="append", default=[], help="run only these search ids")
+    parser.add_argument("--max-tests", default="300", help="minimizer candidates per finding")
     parser.add_argument("--report", required=True, help="Markdown report to write")
     args = parser.parse_args(argv)
     os.makedirs(SAVED, exist_ok=True)
+    if not args.only:
+        # A full run saves afresh: no trace of an earlier run stays behind.
+        for name in os.listdir(SAVED):
+            if name.endswith(".kvtrace.json"):
+                os.remove(os.path.join(SAVED, name))
     timeout = ["--subject-timeout", "120"]
-    findings, report = [], []
+    plain = subject(args.python, args.version, [])
+    saved, searches, other = {}, [], []
     findings_path = os.path.join(SAVED, "findings.json")
-    if args.only and os.path.exists(findings_path):
-        with open(findings_path) as f:
-            findings = [e for e in json.load(f) if e["id"] not in args.only]
-    for sid, klass, aim, engine, engine_args, masks, exact, pattern, ops_pattern in SEARCHES:
+    for sid, aim, engine, engine_args, masks, exact in SEARCHES:
         if args.only and sid not in args.only:
             continue
         out_dir = os.path.join(args.work, sid)
         shutil.rmtree(out_dir, ignore_errors=True)
-        engine_args = [
-            os.path.join(CONFIGS, a) if a.endswith(".kvtrace.json") else a for a in engine_args
-        ]
-        masked = subject(args.python, args.version, masks)
-        cmd = [engine] + engine_args + timeout + ["--subject", masked, "--out", out_dir]
-        code, output, seconds = kvcheck(args.kvcheck, cmd)
-        found = pick(out_dir, pattern, ops_pattern)
+        os.makedirs(out_dir)
+        engine_args = [os.path.join(CONFIGS, a) if a.endswith(".kvtrace.json") else a for a in engine_args]
+        if engine == "explore":
+            engine_args = engine_args + ["--time-limit", "240", "--no-sometimes"]
+        json_path = os.path.join(out_dir, "report.json")
+        cmd = (
+            [engine] + engine_args + timeout
+            + ["--keep-going", "--max-tests", args.max_tests, "--json", json_path, "--out", out_dir]
+            + ["--subject", subject(args.python, args.version, masks)]
+        )
+        code, output, seconds = kvcheck(args.kvcheck, cmd, timeout=1800)
         shown = " ".join(shlex.quote(a) for a in ["kvcheck"] + cmd).replace(ROOT + "/", "")
-        print("== %s (%s): %s, exit %d, %.1f s" % (sid, klass, engine, code, seconds), flush=True)
-        if found is None:
-            print("   no divergence of the kind searched for")
-            report.append("### %s — %s: not found\n\n`%s` (%.1f s) saved no matching divergence.\n" % (klass, sid, shown, seconds))
+        with open(os.path.join(out_dir, "output.txt"), "w") as f:
+            f.write(output)
+        if not os.path.exists(json_path):
+            print("== %s: %s, exit %d, %.1f s: no report\n%s" % (sid, engine, code, seconds, output[-3000:]), flush=True)
             continue
-        cases = re.findall(r"(\d+) ops checked in ([\d.]+) s", output)
-        # run's final table: profile, cache, cases, ops, ops/s, divergences.
-        table = re.search(r"^\S+ +\S+ +(\d+) +(\d+) +\d+ +(\d+)\b", output, re.M)
-        depth = re.search(r"shortest counterexample \((\d+) ops\), after (\d+) nodes expanded", output)
-        effort = (
-            "shortest counterexample at depth %s after %s nodes expanded (breadth first: every shorter sequence agreed)"
-            % depth.groups()
-            if depth
-            else (
-                "%s cases, %s ops checked, %s of the cases diverged" % table.groups()
-                if table
-                else ("%s ops checked" % cases[-1][0] if cases else "")
-            )
-        )
-        minimized = os.path.join(SAVED, sid + ".kvtrace.json")
-        exact_flag = ["--exact-kinds"] if exact else []
-        mcode, mout, mseconds = kvcheck(
-            args.kvcheck,
-            ["minimize", found, "--max-tests", "600", "-o", minimized] + timeout + exact_flag + ["--subject", masked],
-        )
-        if "probe-at-end" in masks:
-            probes_at_end(minimized)
-        plain = subject(args.python, args.version, [])
-        rcode, rout, _ = kvcheck(args.kvcheck, ["replay", minimized] + timeout + exact_flag + ["--subject", plain])
-        block = first_block(rout)
-        confirmed = rcode == 1 and block is not None
-        step = re.search(r"divergence at step (\d+)", block or "")
-        kind = re.search(r"──── kvcheck: (\w+) divergence", block or "")
-        print("   minimized in %.1f s; unmasked replay %s" % (mseconds, "diverges" if confirmed else "AGREES"))
-        with open(minimized) as f:
-            trace = json.load(f)
-        trace["note"] = "sglang %s %s (%s), found by kvcheck %s; minimized; see docs/sglang.md" % (
-            args.version,
-            klass,
-            sid,
-            engine,
-        )
-        with open(minimized, "w") as f:
-            json.dump(trace, f, indent=1)
-            f.write("\n")
-        if confirmed:
+        with open(json_path) as f:
+            report = json.load(f)
+        ops, work = effort(engine, report)
+        findings = report.get("findings", [])
+        at = output.find("distinct findings in")
+        table = output[output.rfind("\n", 0, at) + 1:] if at >= 0 else ""
+        table = table[: table.find("minimized traces:")] if "minimized traces:" in table else table
+        searches.append((sid, aim, engine, shown, seconds, ops, work, len(findings), table))
+        print("== %s: %s, %.1f s, %s, %d distinct findings" % (sid, engine, seconds, work, len(findings)), flush=True)
+        for finding in findings:
+            match = classify(finding)
+            text = signature_text(finding["signature"])
+            if match is None and held_back(finding, masks):
+                print("   held back by a mask: %s (%d)" % (text, finding["count"]))
+                continue
+            if match is None:
+                other.append((sid, engine, finding))
+                print("   unclassified: %s (%d)" % (text, finding["count"]))
+                continue
+            cid, klass, title = match
+            if cid in saved:
+                continue
+            minimized = os.path.join(SAVED, cid + ".kvtrace.json")
+            shutil.copyfile(finding["minimized_trace"], minimized)
+            if "probe-at-end" in masks:
+                probes_at_end(minimized)
+            exact_flag = ["--exact-kinds"] if exact else []
+            rcode, rout, _ = kvcheck(args.kvcheck, ["replay", minimized] + timeout + exact_flag + ["--subject", plain])
+            block = first_block(rout)
+            step = re.search(r"divergence at step (\d+)", block or "")
+            kind = re.search(r"──── kvcheck: (\w+) divergence", block or "")
+            if rcode != 1 or block is None or kind is None:
+                print("   %s (%s): unmasked replay AGREES, not saved" % (klass, text))
+                os.remove(minimized)
+                continue
+            print("   %s: %s, %d in this search, minimized to %s ops" % (klass, text, finding["count"], finding["minimized_ops"]))
+            with open(minimized) as f:
+                trace = json.load(f)
+            trace["note"] = "sglang %s %s (%s), found by kvcheck %s --keep-going (search %s); minimized; see docs/sglang.md" % (
+                args.version, klass, cid, engine, sid)
+            with open(minimized, "w") as f:
+                json.dump(trace, f, indent=1)
+                f.write("\n")
             entry = {
-                "id": sid,
-                "file": sid + ".kvtrace.json",
+                "id": cid,
+                "file": cid + ".kvtrace.json",
                 "class": klass,
                 "kind": kind.group(1),
                 "step": int(step.group(1)),
@@ -236,22 +308,53 @@ def main(argv=None):
             message = re.search(r"exception \w+: (.*)", block)
             if message:
                 entry["message"] = message.group(1).strip()[:60]
-            findings.append(entry)
-        else:
-            os.remove(minimized)
-        report.append(
-            "### %s — `%s`\n\nSearch: %s. Engine: `%s`\n(%.1f s, %s).\n"
-            "Minimized in %.1f s to `tests/external/sglang/%s.kvtrace.json`; replayed on the unmasked subject:\n\n```text\n%s\n```\n"
-            % (klass, sid, aim, shown, seconds, effort, mseconds, sid, block or rout[-2000:])
-        )
-    findings.sort(key=lambda e: e["id"])
+            saved[cid] = (entry, klass, title, sid, engine, finding, block)
+    entries = sorted((v[0] for v in saved.values()), key=lambda e: e["id"])
+    if args.only and os.path.exists(findings_path):
+        with open(findings_path) as f:
+            kept = [e for e in json.load(f) if e["id"] not in saved]
+        entries = sorted(kept + entries, key=lambda e: e["id"])
     with open(findings_path, "w") as f:
-        json.dump(findings, f, indent=1)
+        json.dump(entries, f, indent=1)
         f.write("\n")
-    with open(args.report, "w") as f:
-        f.write("\n".join(report).replace(ROOT + "/", ""))
-    print("%d findings saved under tests/external/sglang/; report in %s" % (len(findings), args.report))
+    write_report(args.report, searches, saved, other)
+    found = sorted(v[1] for v in saved.values())
+    missing = [c[1] for c in CLASSES if c[1] not in found]
+    print("%d of %d classes found and saved under tests/external/sglang/%s; %d unclassified findings; report in %s" % (
+        len(found), len(CLASSES), " (not found: %s)" % ", ".join(missing) if missing else "", len(other), args.report))
     return 0
+
+
+def write_report(path, searches, saved, other):
+    lines = ["## Searches", "", "| search | engine | aim | seconds | effort | distinct findings |", "|---|---|---|---|---|---|"]
+    total_s, total_ops = 0.0, 0
+    for sid, aim, engine, shown, seconds, ops, work, n, _ in searches:
+        lines.append("| %s | `%s` | %s | %.1f | %s | %d |" % (sid, engine, aim, seconds, work, n))
+        total_s += seconds
+        total_ops += ops
+    lines += ["", "Total: %.1f s, %d ops checked (transitions for explore)." % (total_s, total_ops), ""]
+    lines += ["## Classes", "", "| class | divergence | search | engine | count | first case | minimized | kind at step |",
+              "|---|---|---|---|---|---|---|---|"]
+    for cid, klass, title, _ in CLASSES:
+        if cid not in saved:
+            lines.append("| %s | %s | not found | | | | | |" % (klass, title))
+            continue
+        entry, _, _, sid, engine, finding, _ = saved[cid]
+        lines.append("| %s | %s | %s | `%s` | %d | %s | %s ops | %s at %d |" % (
+            klass, title, sid, engine, finding["count"], finding["first"], finding["minimized_ops"], entry["kind"], entry["step"]))
+    if other:
+        lines += ["", "## Findings of no class", "", "| search | signature | count | first case | minimized |", "|---|---|---|---|---|"]
+        for sid, engine, f in other:
+            lines.append("| %s | %s | %d | %s | %s ops |" % (sid, signature_text(f["signature"]), f["count"], f["first"], f["minimized_ops"]))
+    lines += ["", "## Commands and tables", ""]
+    for sid, aim, engine, shown, seconds, ops, work, n, table in searches:
+        lines += ["### %s" % sid, "", "```sh", shown, "```", "", "%.1f s, %s." % (seconds, work), "", "```text", table.rstrip(), "```", ""]
+    lines += ["## Replays on plain sglang", ""]
+    for cid, klass, title, _ in CLASSES:
+        if cid in saved:
+            lines += ["### %s — %s" % (klass, title), "", "```text", saved[cid][6], "```", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines).replace(ROOT + "/", ""))
 
 
 if __name__ == "__main__":

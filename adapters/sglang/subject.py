@@ -11,13 +11,17 @@ unmodified, the way a video-diffusion pipeline calls them:
 | pin n | `pin_current_chunk(n)` | `pin_current_chunk(n)` (raises NotImplementedError) |
 | reset | `reset_indices()` | `reset_indices()` |
 
-What it cannot express is left out of its capabilities, so kvcheck never
-generates it: `rewind` and `evict` (neither class has such a call), packed
-quantization (QVG packs with Quant-VideoGen's PRQ k-means Triton kernels:
-CUDA only, and not the quantizer of SPEC.md §6), and the read-only `view`
-probe (neither class has a read that does not write). A write with a
-negative length or head count cannot be made into a tensor: it is answered
-as an exception of type `Inexpressible`.
+It is a `kvcheck.Subject` (python/kvcheck): the base class speaks the
+protocol and hands `write` the payload as torch tensors `[B, n, hc, D]` in
+the config dtype. What the classes cannot express is left out of the
+capabilities, so kvcheck never generates it: `rewind` and `evict` (neither
+class has such a call), packed quantization (QVG packs with Quant-VideoGen's
+PRQ k-means Triton kernels: CUDA only, and not the quantizer of SPEC.md §6),
+and the read-only `view` probe (neither class has a read that does not
+write). A write with a negative length or head count cannot be made into a
+tensor, as it cannot in a pipeline (torch refuses the shape): it is answered
+as an exception of type `Inexpressible`, which kvcheck compares like any
+exception of the library.
 
 Positions. The classes return K/V tensors, not positions. To report which
 global positions a view holds without re-implementing sglang's index
@@ -30,21 +34,26 @@ one past the row before it, the position sglang's layout assigns it. Values
 come from the real cache: kvcheck checks that each row holds the bytes its
 writer sent, so a row that is in the wrong place shows up either way.
 
-    adapters/sglang/.venv/bin/python adapters/sglang/subject.py [--version 0.5.23]
+    adapters/sglang/.venv/bin/python adapters/sglang/subject.py [--version 0.5.23] [--mask NAME ...]
 """
 
 import argparse
-import base64
-import json
+import copy
 import os
 import sys
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+try:
+    import kvcheck
+except ImportError:  # not installed: the package of this checkout
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    import kvcheck
+import kvcheck.serve  # noqa: E402
 
 import loader  # noqa: E402
 
-PROTOCOL = "kvcheck-subject/1"
 TAG_OFFSET = float(1 << 32)
 
 
@@ -193,19 +202,9 @@ class Pair:
             raise RuntimeError("adapter: the position twin raised %r but the cache did not" % twin_error)
         return twin_result, result
 
-    def tensor(self, data, shape):
-        torch = self.rt.torch
-        count = shape[0] * shape[1] * shape[2] * shape[3]
-        size = torch.empty((), dtype=self.dtype).element_size()
-        if data is None or len(data) != count * size:
-            raise Inexpressible(
-                "payload has %s bytes, expected %d for %s" % (None if data is None else len(data), count * size, shape)
-            )
-        if count == 0:
-            return torch.zeros(shape, dtype=self.dtype)
-        return torch.frombuffer(bytearray(data), dtype=self.dtype).reshape(shape)
-
-    def write(self, body, k_data, v_data):
+    def write(self, body, key, value):
+        """`update_and_get_attention_kv` on the cache and its twins; `key`
+        and `value` are the payload tensors (None: no tensor has the shape)."""
         torch = self.rt.torch
         start, length = body["start"], body["len"]
         heads = body.get("heads")
@@ -215,8 +214,8 @@ class Pair:
         head_start, head_count = (None, self.heads) if heads is None else (heads[0], heads[1])
         if head_count < 0:
             raise Inexpressible("head count %d cannot be a tensor dimension" % head_count)
-        shape = (self.batch, length, head_count, self.head_dim)
-        key, value = self.tensor(k_data, shape), self.tensor(v_data, shape)
+        if key is None or value is None:
+            raise kvcheck.AdapterError("no payload came for a write of %d tokens and %d heads" % (length, head_count))
         tags = torch.arange(length, dtype=torch.float64) + (start + TAG_OFFSET)
         tag = tags.reshape(1, length, 1, 1).expand(1, length, head_count, 1).contiguous()
 
@@ -240,8 +239,6 @@ class Pair:
         try:
             twin_view, view = self.both(call)
         except Exception:
-            import copy
-
             self.slots = copy.deepcopy(self.twin)  # the twin mirrored the raise
             raise
         try:
@@ -250,11 +247,9 @@ class Pair:
             )
             fallback = slot_view.k
         except Exception:
-            import copy
-
             self.slots = copy.deepcopy(self.twin)
             fallback = None
-        out = {"global_end": self.global_end(), "visible": positions(twin_view.k, fallback)}
+        visible = positions(twin_view.k, fallback)
         returned = view.k.shape[2]
         if returned != head_count:
             print(
@@ -263,15 +258,11 @@ class Pair:
                 file=sys.stderr,
                 flush=True,
             )
-        out["k"] = encode(torch, view.k)
-        out["v"] = encode(torch, view.v)
-        return out
+        return visible, view.k, view.v
 
     def foresee(self, body):
         """The positions sglang's view would show for write `body`, from a
         copy of the twin (neither cache changes)."""
-        import copy
-
         start, length = body["start"], body["len"]
         heads = body.get("heads")
         count = self.heads if heads is None else heads[1]
@@ -289,12 +280,10 @@ class Pair:
     def pin(self, tokens):
         self.both(lambda cache, _: cache.pin_current_chunk(tokens))
         self.slots.pin_current_chunk(tokens)
-        return {"global_end": self.global_end()}
 
     def reset(self):
         self.both(lambda cache, _: cache.reset_indices())
         self.slots.reset_indices()
-        return {"global_end": self.global_end()}
 
 
 def positions(twin_k, slots_k=None):
@@ -310,24 +299,6 @@ def positions(twin_k, slots_k=None):
             tag = next((t for t in slot_rows[r] if t != 0.0), None)
         out.append(int(tag - TAG_OFFSET) if tag is not None else (out[-1] + 1 if out else 0))
     return out
-
-
-def encode(torch, tensor):
-    data = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-    return base64.b64encode(data).decode("ascii")
-
-
-def exception(kind, message):
-    return {"exception": {"type": kind, "message": message}}
-
-
-class Masked(Exception):
-    """A request held back from sglang by --mask (a known finding), refused
-    with the contract's error kind for it."""
-
-    def __init__(self, kind, message):
-        super().__init__(message)
-        self.kind = kind
 
 
 def _gap(pair, name, body):
@@ -494,133 +465,93 @@ MASKS = {
 }
 
 
-class Session:
-    def __init__(self, version, masks=()):
-        self.masks = list(masks)
+class SglangCache(kvcheck.Subject):
+    """One release's classes, with masks, as a `kvcheck.Subject`."""
+
+    arrays = "torch"
+
+    def __init__(self, version=loader.DEFAULT_VERSION, masks=()):
         self.version = version
+        self.masks = list(masks)
         self.runtime = Runtime(version)
         self.pair = None
-        self.caps = capabilities(version)
-        for mask, op in (("no-pin", "pin"), ("no-reset", "reset")):
-            if mask in self.masks and op in self.caps["ops"]:
-                self.caps["ops"].remove(op)
+        caps = capabilities(version)
+        self.name = " ".join(["sglang", version] + ["--mask " + m for m in self.masks])
+        self.variants = caps["variants"]
+        self.features = caps["features"]
+        self.ops = [op for op in caps["ops"] if "no-" + op not in self.masks]
 
-    def handle(self, request):
-        if "hello" in request:
-            return {
-                "hello": {
-                    "protocol": PROTOCOL,
-                    "name": " ".join(["sglang", self.version] + ["--mask " + m for m in self.masks]),
-                    "capabilities": self.caps,
-                }
-            }
-        if "open" in request:
-            return self.open(request["open"].get("config") or {})
-        if "close" in request:
-            return None
-        if self.pair is None:
-            return exception("ProtocolError", "no cache is open: send open first")
-        if "op" in request:
-            try:
-                return {"ok": self.apply(request)}
-            except Masked as error:
-                return {"err": {"kind": error.kind, "message": str(error)}}
-            except Exception as error:
-                return exception(type(error).__name__, str(error))
-        return exception("Unsupported", "this subject answers hello, open, op and close")
+    @classmethod
+    def from_args(cls, argv):
+        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser.add_argument(
+            "--version",
+            default=os.environ.get("SGLANG_VERSION", loader.DEFAULT_VERSION),
+            help="sglang release set up by setup.sh (default $SGLANG_VERSION or %s)" % loader.DEFAULT_VERSION,
+        )
+        parser.add_argument(
+            "--mask",
+            action="append",
+            default=[],
+            choices=sorted(MASKS),
+            help="hold back requests of a known finding (repeatable): %s"
+            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
+        )
+        args = parser.parse_args(argv)
+        if not loader.is_ready(args.version):
+            raise ValueError(
+                "sglang %s is not set up: run SGLANG_VERSION=%s adapters/sglang/setup.sh" % (args.version, args.version)
+            )
+        return cls(args.version, args.mask)
+
+    @property
+    def global_end(self):
+        return self.pair.global_end()
 
     def open(self, config):
         self.pair = None
         variant = config.get("variant")
-        if variant not in self.caps["variants"]:
-            return {"err": {"kind": "invalid_config", "message": "variant %r is not shipped by sglang %s" % (variant, self.version)}}
+        if variant not in self.variants:
+            raise kvcheck.Refused("invalid_config", "variant %r is not shipped by sglang %s" % (variant, self.version))
         quant = (config.get("packed") or {}).get("quant", "int8") if variant == "packed" else "none"
         if quant != "none":
-            return {
-                "err": {
-                    "kind": "invalid_config",
-                    "message": "packed quant %s: QVG quantizes with CUDA-only PRQ kernels, not SPEC.md §6" % quant,
-                }
-            }
-        try:
-            self.pair = Pair(self.runtime.ready(), config)
-        except Exception as error:
-            return {"err": {"kind": "invalid_config", "message": "%s: %s" % (type(error).__name__, error)}}
-        return {"ok": {}}
+            raise kvcheck.Refused(
+                "invalid_config", "packed quant %s: QVG quantizes with CUDA-only PRQ kernels, not SPEC.md §6" % quant
+            )
+        self.pair = Pair(self.runtime.ready(), config)
 
-    def apply(self, request):
-        op = request["op"]
-        if op == "reset":
-            return self.pair.reset()
-        (name, body), = op.items()
-        if name == "write" and "probe-at-end" in self.masks:
-            body = probe_at_end(self.pair, body)
+    def masked(self, name, body):
+        """Refuses a request one of the masks holds back, with the
+        contract's kind for it."""
         for mask in self.masks:
             _, kind, test = MASKS[mask]
             reason = test(self.pair, name, body)
             if reason:
-                raise Masked(kind if isinstance(kind, str) else kind(body), "--mask %s: %s" % (mask, reason))
-        if name == "write":
-            k = request.get("k")
-            v = request.get("v")
-            return self.pair.write(
-                body,
-                None if k is None else base64.b64decode(k),
-                None if v is None else base64.b64decode(v),
-            )
-        if name == "pin":
-            return self.pair.pin(body["tokens"])
-        raise Inexpressible("%s: sglang's caches have no such call" % name)
+                raise kvcheck.Refused(kind if isinstance(kind, str) else kind(body), "--mask %s: %s" % (mask, reason))
 
+    def write(self, start, length, heads, recent_window, k, v):
+        body = {"start": start, "len": length}
+        if heads is not None:
+            body["heads"] = list(heads)
+        if recent_window is not None:
+            body["recent_window"] = recent_window
+        if "probe-at-end" in self.masks:
+            body = probe_at_end(self.pair, body)
+        self.masked("write", body)
+        return self.pair.write(body, k, v)
 
-def serve(session, stdin, stdout):
-    for line in stdin:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            request = json.loads(line)
-        except ValueError as error:
-            response = exception("ProtocolError", "request is not JSON: %s" % error)
-        else:
-            response = session.handle(request) if isinstance(request, dict) else exception(
-                "ProtocolError", "request is not a JSON object"
-            )
-            if response is None:
-                return
-        stdout.write(json.dumps(response, separators=(",", ":")) + "\n")
-        stdout.flush()
+    def pin(self, tokens):
+        self.masked("pin", {"tokens": tokens})
+        self.pair.pin(tokens)
+
+    def reset(self):
+        self.pair.reset()
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--version",
-        default=os.environ.get("SGLANG_VERSION", loader.DEFAULT_VERSION),
-        help="sglang release set up by setup.sh (default $SGLANG_VERSION or %s)" % loader.DEFAULT_VERSION,
-    )
-    parser.add_argument(
-        "--mask",
-        action="append",
-        default=[],
-        choices=sorted(MASKS),
-        help="hold back requests of a known finding (repeatable): %s"
-        % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
-    )
-    args = parser.parse_args(argv)
-    if not loader.is_ready(args.version):
-        print(
-            "sglang %s is not set up: run SGLANG_VERSION=%s adapters/sglang/setup.sh" % (args.version, args.version),
-            file=sys.stderr,
-        )
-        return 2
-    # Protocol lines go to the original stdout; anything a library prints
-    # (Python or C level) goes to stderr, which kvcheck shows on divergence.
-    protocol_out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    serve(Session(args.version, args.mask), sys.stdin, protocol_out)
-    return 0
+    """`subject.py ARGS` is `python -m kvcheck.serve subject.py:SglangCache ARGS`."""
+    argv = sys.argv[1:] if argv is None else argv
+    return kvcheck.serve.main([os.path.abspath(__file__) + ":SglangCache"] + list(argv))
 
 
 if __name__ == "__main__":

@@ -239,6 +239,8 @@ class Session:
             return exception("ProtocolError", "no cache is open: send open first")
         try:
             if "view" in request:
+                if not defines(self.subject, "view"):
+                    raise AdapterError("%s has no view()" % type(self.subject).__name__)
                 return {"ok": self.view_body(self.subject.view(), self.config["heads"])}
             if "op" in request:
                 return {"ok": self.apply(request)}

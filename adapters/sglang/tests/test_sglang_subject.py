@@ -110,8 +110,11 @@ class SglangSubject(unittest.TestCase):
         self.open()
         response = self.subject.request({"op": {"write": {"start": 0, "len": -1}}, "index": 0, "k": "", "v": ""})
         self.assertEqual(response["exception"]["type"], "Inexpressible")
+        # A call the classes do not have is the adapter's failure, never a
+        # refusal that could agree with the contract.
         response = self.subject.request({"op": {"rewind": {"to": 0}}, "index": 1})
-        self.assertEqual(response["exception"]["type"], "Inexpressible")
+        self.assertEqual(response["exception"]["type"], "AdapterError")
+        self.assertTrue(response["exception"]["adapter"])
         self.assertIn("ok", self.write(2, 0, 1))
 
     def test_quantized_packed_configs_are_refused_at_open(self):

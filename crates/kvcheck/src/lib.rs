@@ -38,6 +38,7 @@ pub mod oracle;
 pub mod relation;
 pub mod report;
 pub mod subject;
+pub mod triage;
 
 // The vocabulary a user needs, at the crate root.
 pub use check::divergence::{Divergence, DivergenceKind};

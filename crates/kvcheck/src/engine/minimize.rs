@@ -210,9 +210,21 @@ pub fn minimize(
     subject: SubjectSpec,
     max_tests: usize,
 ) -> Result<Minimized, MinimizeError> {
+    minimize_keeping(trace, subject, max_tests, |_| true)
+}
+
+/// [`minimize`], where a candidate must also satisfy `keep` to count as the
+/// same failure: triage keeps a finer signature than [`Signature`], so that
+/// the minimized trace of one finding cannot drift to another.
+pub fn minimize_keeping(
+    trace: &Trace,
+    subject: SubjectSpec,
+    max_tests: usize,
+    keep: impl Fn(&Divergence) -> bool + 'static,
+) -> Result<Minimized, MinimizeError> {
     let oracle = Oracle::for_trace(&Oracle::Model, trace.oracle.as_ref())
         .map_err(|e| MinimizeError::Setup(format!("the trace's oracle: {e}")))?;
-    minimize_with(trace, subject, &oracle, max_tests)
+    minimize_with_keeping(trace, subject, &oracle, max_tests, keep)
 }
 
 /// [`minimize`] against `oracle`. A relation failure keeps failing the same
@@ -223,6 +235,18 @@ pub fn minimize_with(
     subject: SubjectSpec,
     oracle: &Oracle,
     max_tests: usize,
+) -> Result<Minimized, MinimizeError> {
+    minimize_with_keeping(trace, subject, oracle, max_tests, |_| true)
+}
+
+/// [`minimize_with`] and [`minimize_keeping`] together: against `oracle`,
+/// keeping only candidates that `keep` accepts.
+pub fn minimize_with_keeping(
+    trace: &Trace,
+    subject: SubjectSpec,
+    oracle: &Oracle,
+    max_tests: usize,
+    keep: impl Fn(&Divergence) -> bool + 'static,
 ) -> Result<Minimized, MinimizeError> {
     let first = oracle
         .check(&trace.config, &trace.ops, &subject)
@@ -241,6 +265,7 @@ pub fn minimize_with(
         subject,
         oracle,
         signature: Signature::of(&divergence),
+        keep: Box::new(keep),
         config: trace.config.clone(),
         ops: trace.ops.clone(),
         divergence,
@@ -316,6 +341,8 @@ struct Reducer {
     subject: SubjectSpec,
     oracle: Oracle,
     signature: Signature,
+    /// A further test of "the same failure" ([`minimize_keeping`]).
+    keep: Box<dyn Fn(&Divergence) -> bool>,
     config: Config,
     ops: Vec<Op>,
     divergence: Box<Divergence>,
@@ -369,7 +396,7 @@ impl Reducer {
         let Some(d) = self.run(config, ops) else {
             return false;
         };
-        if Signature::of(&d) != self.signature {
+        if Signature::of(&d) != self.signature || !(self.keep)(&d) {
             return false;
         }
         let (ops, d) = self.cut(config, ops, d);

@@ -16,5 +16,6 @@ mod relations;
 mod scale;
 mod segments;
 mod trace_format;
+mod triage;
 mod value_check;
 mod zoo;
