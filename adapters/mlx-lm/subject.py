@@ -95,8 +95,9 @@ class Runtime:
 class Pair:
     """The real cache and its position-tagged twin, driven call for call."""
 
-    def __init__(self, rt, config, kind):
+    def __init__(self, rt, config, kind, keep=None):
         self.rt = rt
+        self.keep = config["sink"] if keep is None else keep
         self.kind = kind
         self.config = config
         self.batch, self.heads, self.head_dim = config["batch"], config["heads"], config["head_dim"]
@@ -110,7 +111,7 @@ class Pair:
 
     def _build(self):
         if self.kind == "rotating":
-            return self.rt.cache.RotatingKVCache(max_size=self.config["capacity"], keep=self.config["sink"])
+            return self.rt.cache.RotatingKVCache(max_size=self.config["capacity"], keep=self.keep)
         return self.rt.cache.KVCache()
 
     def global_end(self):
@@ -154,10 +155,10 @@ class Pair:
         g = self.global_end()
         if length < 0 or start < 0:
             raise Inexpressible("start %d, len %d cannot be a token range" % (start, length))
-        if length == 0:
-            return self.read()
         if start > g:
             raise Inexpressible("write at %d past the cache offset %d: update_and_fetch appends at the offset" % (start, g))
+        if length == 0:
+            return self.read()
         if start + length < g:
             raise Inexpressible(
                 "rewrite of %d..%d ends before the offset %d: trimming to %d would drop %d..%d"
@@ -249,8 +250,9 @@ MASKS = {
 
 
 class Session:
-    def __init__(self, kind, masks=()):
+    def __init__(self, kind, masks=(), keep=None):
         self.kind = kind
+        self.keep = keep
         self.masks = list(masks)
         self.runtime = Runtime()
         self.pair = None
@@ -268,6 +270,8 @@ class Session:
         from importlib.metadata import version
 
         parts = ["mlx-lm", version("mlx-lm"), "mlx", version("mlx"), self.kind]
+        if self.keep is not None:
+            parts.append("--keep %d" % self.keep)
         return " ".join(parts + ["--mask " + m for m in self.masks])
 
     def handle(self, request):
@@ -293,7 +297,7 @@ class Session:
         if config.get("variant") != "dense":
             return {"err": {"kind": "invalid_config", "message": "mlx-lm has no packed cache of SPEC.md §6"}}
         try:
-            self.pair = Pair(self.runtime.ready(), config, self.kind)
+            self.pair = Pair(self.runtime.ready(), config, self.kind, self.keep)
         except Exception as error:
             return {"err": {"kind": "invalid_config", "message": "%s: %s" % (type(error).__name__, error)}}
         return {"ok": {}}
@@ -373,11 +377,18 @@ def main(argv=None):
         help="hold back requests of a recorded difference (repeatable): %s"
         % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
     )
+    parser.add_argument(
+        "--keep",
+        type=int,
+        default=None,
+        help="RotatingKVCache's keep for every config instead of the config's sink (use with sink 0 and a window"
+        " at most capacity - keep: the window mask must then hide the kept tokens, so the view is the contract's)",
+    )
     args = parser.parse_args(argv)
     protocol_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(Session(args.cache, args.mask), sys.stdin, protocol_out)
+    serve(Session(args.cache, args.mask, args.keep), sys.stdin, protocol_out)
     return 0
 
 
