@@ -9,6 +9,10 @@
 //!   `adapters/sglang/setup.sh` has built its environment (the marker
 //!   `adapters/sglang/.sglang/<version>/READY`), and says how to enable it
 //!   otherwise. `SGLANG_VERSION` picks the release (default 0.5.23).
+//! - `mlx_lm`: mlx-lm's caches through `adapters/mlx-lm/subject.py`, opt-in
+//!   behind `adapters/mlx-lm/setup.sh` (see `docs/mlx-lm.md`).
+
+mod mlx_lm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
