@@ -1,0 +1,373 @@
+"""`kvcheck.Subject`: a cache as a kvcheck-subject/1 process, in a few methods.
+
+A subclass declares what it can express as class attributes and implements
+the cache's operations; this module owns the protocol (docs/subject-protocol.md):
+the handshake, base64, the dtype and layout of payloads, the response shapes,
+flushing, and a clean exit at end of input.
+
+    import kvcheck
+
+    class MyCache(kvcheck.Subject):
+        variants = ("dense",)
+        dtypes = ("f32",)
+
+        def open(self, config):            # a fresh cache for this config
+            ...
+        def write(self, start, length, heads, recent_window, k, v):
+            ...                            # refuse: raise kvcheck.Refused("non_sequential", "...")
+            return visible, k_view, v_view
+        def reset(self):
+            ...
+
+Serve it with `python -m kvcheck.serve mymodule:MyCache`; check it with
+`kvcheck run --subject exec:'python -m kvcheck.serve mymodule:MyCache'` or
+`kvcheck.check(MyCache)` in a test.
+
+The subclass API (stable):
+
+- Class attributes (an instance may override them in `__init__`):
+  `name` (for reports; default the class name), `variants` ("dense",
+  "packed"), `dtypes` ("f32", "f16", "bf16"), `features` (any of
+  `FEATURES`; default none), `values` (whether `write`/`view` return K/V;
+  default True), `arrays` ("numpy" default, "torch" or "bytes": what `k`
+  and `v` arrive as), `layout` ("bnhd" default, or "bhnd": the axis order
+  of the arrays both ways), `ops` (None, or a subset of the implemented ops
+  to declare), `reports` (() default, or any of "capacity",
+  "resident_bytes": attributes read after every successful op and sent for
+  kvcheck to compare with the model's, SPEC.md §3 step 7, §6, §7).
+- `global_end`: an attribute or property, read after every successful op.
+- `open(config)`: required. `config` is the kvtrace/1 config dict with every
+  field filled in. Called for every case; it must discard any previous cache.
+- `write(start, length, heads, recent_window, k, v)`: required. `heads` is
+  None (all heads) or the pair `(first, count)` as the op names it;
+  `recent_window` is None or an int. `k` and `v` hold
+  `[batch, length, count or heads, head_dim]` in the config dtype (bf16 as
+  uint16 bit patterns with numpy), or None when a dimension is negative
+  (a bytes subject gets the bytes as sent). Returns `(visible, k, v)`:
+  the view's positions in the order the returned K/V hold them, and K/V of
+  shape `[batch, len(visible), heads written, head_dim]` (numpy array,
+  torch tensor or bytes; float arrays are converted to the config dtype).
+  Without `values` return just the positions (or `(visible, None, None)`).
+- `rewind(to)`, `evict(tokens)`, `pin(tokens)`, `reset()`: optional, return
+  nothing; `view()`: optional, returns `(visible, k, v)` of the whole view
+  (no recent window, every head). An operation a subclass does not define
+  is left out of the capabilities, so kvcheck never asks for it.
+- `from_args(argv)`: classmethod building the instance from the arguments
+  after `module:Class` on the `kvcheck.serve` command line (default: none
+  allowed).
+- Raise `Refused(kind, message)` for a SPEC.md §3 refusal; any other
+  exception is answered as the protocol's `exception` (most real caches
+  raise ValueError and the like). Raise `AdapterError` when the adapter
+  itself cannot turn a request into a call of the cache: kvcheck reports it
+  as the adapter's failure and never as agreement with a refusal.
+"""
+
+import base64
+import json
+import sys
+
+from . import _arrays
+
+PROTOCOL = "kvcheck-subject/1"
+# Revision 2 of kvcheck-subject/1 adds `reports` (capacity, resident_bytes)
+# and `adapter` exceptions; a harness says which revision it speaks in hello.
+REVISION = 2
+
+ERROR_KINDS = (
+    "invalid_argument",
+    "negative_window",
+    "head_range",
+    "unsupported",
+    "non_sequential",
+    "evicted",
+    "chunk_too_large",
+    "window_too_small",
+    "rewind_ahead",
+    "evict_too_many",
+    "pin_range",
+    "invalid_config",
+)
+VARIANTS = ("dense", "packed")
+DTYPES = ("f32", "f16", "bf16")
+FEATURES = ("growth", "head_ranges", "recent_window", "window", "global_sink", "quant")
+OPTIONAL_OPS = ("rewind", "evict", "pin", "reset")
+REPORTS = ("capacity", "resident_bytes")
+
+
+class Refused(Exception):
+    """A refusal the contract names: `kind` is a SPEC.md §3 error kind."""
+
+    def __init__(self, kind, message=""):
+        super().__init__("%s: %s" % (kind, message) if message else kind)
+        self.kind = kind
+        self.message = message or kind
+
+
+class AdapterError(Exception):
+    """The adapter could not express the request to the cache it wraps (a
+    payload of the wrong size, a dimension no tensor can have): the
+    adapter's failure, never the cache's refusal."""
+
+
+class Subject:
+    """Base class of a cache checked by kvcheck (see the module docs)."""
+
+    name = None
+    variants = VARIANTS
+    dtypes = DTYPES
+    features = ()
+    values = True
+    arrays = "numpy"
+    layout = "bnhd"
+    ops = None
+    reports = ()
+
+    @classmethod
+    def from_args(cls, argv):
+        """The instance to serve, from the command line's extra arguments."""
+        if argv:
+            raise SystemExit(
+                "%s takes no arguments (got %s); define from_args(argv) to accept some"
+                % (cls.__name__, " ".join(argv))
+            )
+        return cls()
+
+    def open(self, config):
+        raise NotImplementedError("%s must define open(config)" % type(self).__name__)
+
+    def write(self, start, length, heads, recent_window, k, v):
+        raise NotImplementedError("%s must define write(...)" % type(self).__name__)
+
+    def rewind(self, to):
+        raise NotImplementedError
+
+    def evict(self, tokens):
+        raise NotImplementedError
+
+    def pin(self, tokens):
+        raise NotImplementedError
+
+    def reset(self):
+        raise NotImplementedError
+
+    def view(self):
+        raise NotImplementedError
+
+    def capabilities(self, revision=REVISION):
+        """The `hello` capabilities: the declared attributes, with the
+        operations this class does not define left out."""
+        implemented = [op for op in OPTIONAL_OPS if defines(self, op)]
+        if self.ops is not None:
+            implemented = [op for op in implemented if op in self.ops]
+        caps = {
+            "variants": list(self.variants),
+            "dtypes": list(self.dtypes),
+            "ops": ["write"] + implemented,
+            "features": list(self.features),
+            "values": bool(self.values),
+            "view": defines(self, "view"),
+        }
+        if self.reports and revision >= 2:
+            caps["reports"] = list(self.reports)
+        return caps
+
+    def validate(self):
+        """Checks the declarations; ValueError names a bad one."""
+        for attr, allowed in (
+            ("variants", VARIANTS),
+            ("dtypes", DTYPES),
+            ("features", FEATURES),
+            ("ops", ("write",) + OPTIONAL_OPS),
+            ("reports", REPORTS),
+        ):
+            value = getattr(self, attr)
+            if value is None and attr == "ops":
+                continue
+            if isinstance(value, str) or not all(v in allowed for v in value):
+                raise ValueError("%s.%s = %r: expected a sequence of %s" % (type(self).__name__, attr, value, ", ".join(allowed)))
+        if self.arrays not in _arrays.ARRAYS:
+            raise ValueError("%s.arrays = %r: expected one of %s" % (type(self).__name__, self.arrays, ", ".join(_arrays.ARRAYS)))
+        if self.layout not in _arrays.LAYOUTS:
+            raise ValueError("%s.layout = %r: expected one of %s" % (type(self).__name__, self.layout, ", ".join(_arrays.LAYOUTS)))
+        for op in ("open", "write"):
+            if not defines(self, op):
+                raise ValueError("%s must define %s" % (type(self).__name__, op))
+
+
+def defines(subject, method):
+    """Whether `subject`'s class overrides Subject.`method`."""
+    return getattr(type(subject), method, None) is not getattr(Subject, method)
+
+
+def exception(kind, message, adapter=False):
+    body = {"type": kind, "message": message}
+    if adapter:
+        body["adapter"] = True
+    return {"exception": body}
+
+
+class Session:
+    """One subject process: answers each request of the harness."""
+
+    def __init__(self, subject):
+        subject.validate()
+        self.subject = subject
+        self.config = None
+        self.revision = 1
+
+    def handle(self, request):
+        """One request -> its response object (None for close)."""
+        if not isinstance(request, dict):
+            return exception("ProtocolError", "request is not a JSON object")
+        if "hello" in request:
+            self.revision = (request.get("hello") or {}).get("revision", 1)
+            s = self.subject
+            return {
+                "hello": {
+                    "protocol": PROTOCOL,
+                    "name": s.name or type(s).__name__,
+                    "capabilities": s.capabilities(self.revision),
+                }
+            }
+        if "close" in request:
+            return None
+        if "open" in request:
+            return self.open((request.get("open") or {}).get("config"))
+        if self.config is None:
+            return exception("ProtocolError", "no cache is open: send open first")
+        try:
+            if "view" in request:
+                return {"ok": self.view_body(self.subject.view(), self.config["heads"])}
+            if "op" in request:
+                return {"ok": self.apply(request)}
+        except Refused as refusal:
+            if refusal.kind not in ERROR_KINDS:
+                message = "Refused(%r) is not a SPEC.md error kind (%s)" % (refusal.kind, ", ".join(ERROR_KINDS))
+                return exception("AdapterError", message, adapter=True)
+            return {"err": {"kind": refusal.kind, "message": refusal.message}}
+        except AdapterError as error:
+            return exception("AdapterError", str(error), adapter=True)
+        except Exception as error:
+            return exception(type(error).__name__, str(error))
+        return exception("ProtocolError", "unknown request %s" % sorted(request))
+
+    def open(self, config):
+        self.config = None
+        if not isinstance(config, dict):
+            return {"err": {"kind": "invalid_config", "message": "open carries no config object"}}
+        try:
+            if self.subject.arrays == "numpy":
+                _arrays.import_numpy()
+            elif self.subject.arrays == "torch":
+                _arrays.import_torch()
+            self.subject.open(config)
+        except Refused as refusal:
+            return {"err": {"kind": "invalid_config", "message": refusal.message}}
+        except Exception as error:
+            return {"err": {"kind": "invalid_config", "message": "%s: %s" % (type(error).__name__, error)}}
+        self.config = config
+        return {"ok": {}}
+
+    def apply(self, request):
+        op = request.get("op")
+        s = self.subject
+        if op == "reset":
+            name, body = "reset", {}
+        elif isinstance(op, dict) and len(op) == 1:
+            ((name, body),) = op.items()
+        else:
+            raise AdapterError("unknown op %r" % (op,))
+        if name == "write":
+            return self.write(body, request)
+        if name not in OPTIONAL_OPS or not defines(s, name):
+            raise AdapterError("%s is not an operation of %s" % (name, type(s).__name__))
+        if name == "reset":
+            s.reset()
+        else:
+            getattr(s, name)(body.get({"rewind": "to"}.get(name, "tokens")))
+        return self.state()
+
+    def write(self, body, request):
+        c = self.config
+        start, length = body.get("start"), body.get("len")
+        heads = body.get("heads")
+        if heads is not None:
+            heads = (heads[0], heads[1])
+        count = c["heads"] if heads is None else heads[1]
+        shape = (c["batch"], length, count, c["head_dim"])
+        if min(shape) < 0:
+            shape = None
+        k = self.payload(request, "k", shape)
+        v = self.payload(request, "v", shape)
+        written = self.subject.write(start, length, heads, body.get("recent_window"), k, v)
+        return self.view_body(written, count)
+
+    def payload(self, request, which, shape):
+        text = request.get(which)
+        data = None if text is None else base64.b64decode(text, validate=True)
+        s, c = self.subject, self.config
+        if data is not None and shape is not None and s.arrays != "bytes":
+            want = shape[0] * shape[1] * shape[2] * shape[3] * _arrays.DTYPE_SIZE[c["dtype"]]
+            if len(data) != want:
+                raise AdapterError(
+                    "%s payload has %d bytes, expected %d for [B, len, heads, D] = %s %s"
+                    % (which, len(data), want, list(shape), c["dtype"])
+                )
+        return _arrays.decode(data, shape, c["dtype"], s.arrays, s.layout)
+
+    def view_body(self, result, heads):
+        """A write's or view's `ok` body from what the subject returned."""
+        if isinstance(result, tuple) and len(result) == 3:
+            visible, k, v = result
+        else:
+            visible, k, v = result, None, None
+        if visible is None:
+            raise AdapterError("%s returned no visible positions" % type(self.subject).__name__)
+        body = self.state()
+        body["visible"] = [int(p) for p in (visible.tolist() if hasattr(visible, "tolist") else visible)]
+        if self.subject.values:
+            c, layout = self.config, self.subject.layout
+            for name, value in (("k", k), ("v", v)):
+                if value is None:
+                    raise AdapterError(
+                        "%s declares values but returned no %s" % (type(self.subject).__name__, name.upper())
+                    )
+                try:
+                    data = _arrays.encode(value, c["dtype"], layout)
+                except TypeError as error:
+                    raise AdapterError("%s: %s" % (name.upper(), error))
+                body[name] = base64.b64encode(data).decode("ascii")
+        return body
+
+    def state(self):
+        """global_end and the reported fields, read from the subject."""
+        s = self.subject
+        end = getattr(s, "global_end", None)
+        if end is None:
+            raise AdapterError("%s has no global_end attribute" % type(s).__name__)
+        body = {"global_end": int(end)}
+        if self.revision >= 2:
+            for field in s.reports:
+                body[field] = int(getattr(s, field))
+        return body
+
+
+def serve(subject, stdin=None, stdout=None):
+    """Answers requests from `stdin` until `close` or end of input."""
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    session = Session(subject)
+    for line in stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError as error:
+            response = exception("ProtocolError", "request is not JSON: %s" % error)
+        else:
+            response = session.handle(request)
+            if response is None:
+                return
+        stdout.write(json.dumps(response, separators=(",", ":")) + "\n")
+        stdout.flush()

@@ -1,0 +1,87 @@
+"""Small subjects for the tests: each echoes what it was sent, so a test
+sees exactly what the helper handed to the subclass and made of its answer."""
+
+import sys
+
+import kvcheck
+
+
+class Echo(kvcheck.Subject):
+    """Returns each write's payload as its view; refuses gaps; raises on
+    negative starts like a library would."""
+
+    variants = ("dense",)
+    arrays = "bytes"
+
+    def __init__(self, chatty=False):
+        self.chatty = chatty
+        self.global_end = 0
+
+    @classmethod
+    def from_args(cls, argv):
+        return cls(chatty="--chatty" in argv)
+
+    def open(self, config):
+        if config["heads"] > 4:
+            raise kvcheck.Refused("invalid_config", "at most 4 heads")
+        self.config = config
+        self.global_end = 0
+
+    def write(self, start, length, heads, recent_window, k, v):
+        if self.chatty:
+            print("a library printing to stdout")
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        if start > self.global_end:
+            raise kvcheck.Refused("non_sequential", "gap at %d" % start)
+        if recent_window == 99:
+            raise kvcheck.Refused("no_such_kind", "a kind SPEC.md does not have")
+        self.global_end = max(self.global_end, start + length)
+        self.last = (start, length, heads, recent_window, k, v)
+        return list(range(start, start + length)), k, v
+
+    def reset(self):
+        self.global_end = 0
+
+
+class EchoNumpy(Echo):
+    arrays = "numpy"
+    reports = ("capacity", "resident_bytes")
+
+    def open(self, config):
+        super().open(config)
+        self.capacity = config["capacity"]
+        self.resident_bytes = 7
+
+    def write(self, start, length, heads, recent_window, k, v):
+        if recent_window == 1:
+            if self.config["dtype"] == "bf16":  # uint16 bit patterns -> their values
+                k = (k.astype("uint32") << 16).view("float32")
+                v = (v.astype("uint32") << 16).view("float32")
+            return super().write(start, length, heads, None, k.astype("float64"), v.astype("float64"))
+        if recent_window == 2:
+            return super().write(start, length, heads, None, k.tolist(), v)
+        return super().write(start, length, heads, recent_window, k, v)
+
+    def rewind(self, to):
+        self.global_end = to
+
+    def view(self):
+        return [], b"", b""
+
+
+class EchoBhnd(EchoNumpy):
+    layout = "bhnd"
+
+    def write(self, start, length, heads, recent_window, k, v):
+        self.shape = k.shape
+        return super().write(start, length, heads, recent_window, k, v)
+
+
+class NoWrite(kvcheck.Subject):
+    def open(self, config):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit("serve these with python -m kvcheck.serve")
