@@ -38,23 +38,31 @@ tagged `position + 1` (0: a row never written). Column j of the twin's
 returned keys is the position column j of the real cache's returned keys
 holds, without re-implementing mlx-lm's index arithmetic.
 
-    adapters/mlx-lm/.venv/bin/python adapters/mlx-lm/subject.py [--cache rotating|kv] [--mask NAME]...
+Built on `kvcheck.Subject` (python/kvcheck): the base class owns the
+protocol, this file only maps ops onto mlx-lm's calls.
+
+    adapters/mlx-lm/.venv/bin/python adapters/mlx-lm/subject.py [--cache rotating|kv] [--keep K] [--mask NAME]...
 """
 
 import argparse
-import base64
-import json
 import os
 import sys
 import threading
 
-PROTOCOL = "kvcheck-subject/1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import kvcheck
+except ImportError:  # a checkout without the wheel installed: the package's sources
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+    import kvcheck
+
 CACHES = ("rotating", "kv")
-DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
 
 class Inexpressible(Exception):
-    """A request no mlx-lm pipeline can make of these classes."""
+    """A request no mlx-lm pipeline can make of these classes (its API has
+    no start position): answered as an exception of the library's side,
+    which changes nothing."""
 
 
 class NotTrimmable(Exception):
@@ -78,8 +86,6 @@ class Runtime:
 
             mx.set_default_device(mx.cpu)
             self.mx, self.np, self.cache = mx, np, cache
-            self.dtypes = {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}
-            self.np_dtypes = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
         except Exception as error:  # reported on the first open
             self.error = error
         finally:
@@ -97,10 +103,9 @@ class Pair:
 
     def __init__(self, rt, config, kind, keep=None):
         self.rt = rt
-        self.keep = config["sink"] if keep is None else keep
         self.kind = kind
         self.config = config
-        self.batch, self.heads, self.head_dim = config["batch"], config["heads"], config["head_dim"]
+        self.keep = config["sink"] if keep is None else keep
         self.dtype = config["dtype"]
         window = config.get("window")
         # A sliding-window layer passes its window to make_mask; a plain
@@ -117,19 +122,10 @@ class Pair:
     def global_end(self):
         return int(self.real.offset)
 
-    def array(self, data, length):
-        """The payload `[B, n, H, D]` as mlx's `[B, H, n, D]` in the dtype."""
-        rt = self.rt
-        shape = (self.batch, length, self.heads, self.head_dim)
-        count = shape[0] * shape[1] * shape[2] * shape[3]
-        size = DTYPE_BYTES[self.dtype]
-        if data is None or len(data) != count * size:
-            raise Inexpressible(
-                "payload has %s bytes, expected %d for %s" % (None if data is None else len(data), count * size, shape)
-            )
-        flat = rt.np.frombuffer(bytes(data), dtype=rt.np_dtypes[self.dtype]).reshape(shape).transpose(0, 2, 1, 3)
-        out = rt.mx.array(rt.np.ascontiguousarray(flat))
-        return out.view(rt.mx.bfloat16) if self.dtype == "bf16" else out
+    def array(self, payload):
+        """The payload (numpy, `[B, H, n, D]`, bf16 as uint16 bits) as mlx's array."""
+        out = self.rt.mx.array(payload)
+        return out.view(self.rt.mx.bfloat16) if self.dtype == "bf16" else out
 
     def tags(self, start, length):
         mx = self.rt.mx
@@ -151,7 +147,7 @@ class Pair:
         cache.trim_prompt_cache([self.twin], count)
         return cache.trim_prompt_cache([self.real], count)
 
-    def write(self, start, length, k_data, v_data):
+    def write(self, start, length, k, v):
         g = self.global_end()
         if length < 0 or start < 0:
             raise Inexpressible("start %d, len %d cannot be a token range" % (start, length))
@@ -164,19 +160,20 @@ class Pair:
                 "rewrite of %d..%d ends before the offset %d: trimming to %d would drop %d..%d"
                 % (start, start + length, g, start, start + length, g)
             )
-        keys, values = self.array(k_data, length), self.array(v_data, length)
+        keys, values = self.array(k), self.array(v)
         if start < g:
             self.trim(g - start)
         mask = self.mask(self.real, length)
         twin_keys, _ = self.twin.update_and_fetch(self.tags(start, length), self.tags(start, length))
         out_k, out_v = self.real.update_and_fetch(keys, values)
-        columns = self.columns(twin_keys, mask)
-        return self.view(twin_keys, out_k, out_v, columns)
+        return self.view(twin_keys, out_k, out_v, self.columns(twin_keys, mask))
 
     def read(self):
         """The rows the cache hands the next attention call (no query reads)."""
         if self.real.keys is None:
-            return [], self.empty(), self.empty()
+            shape = (self.config["batch"], self.config["heads"], 0, self.config["head_dim"])
+            empty = self.rt.np.zeros(shape, dtype=self.rt.np.uint16 if self.dtype == "bf16" else None)
+            return [], empty, empty
         twin_keys, _ = self.twin.keys_and_values()
         out_k, out_v = self.real.keys_and_values()
         return self.view(twin_keys, out_k, out_v, list(range(twin_keys.shape[2])))
@@ -192,27 +189,22 @@ class Pair:
         return [j for j, allowed in enumerate(last) if allowed]
 
     def view(self, twin_keys, out_k, out_v, columns):
+        """Visible positions in ascending order and the library's own K/V
+        rows gathered in that order (numpy, `[B, H, L, D]`)."""
         mx = self.rt.mx
         tags = twin_keys[0, 0, :, 0].tolist()
         rows = sorted(columns, key=lambda j: (tags[j], j))
         visible = [int(tags[j]) - 1 for j in rows]
         index = mx.array(rows, dtype=mx.int32)
-        return visible, self.bytes(mx.take(out_k, index, axis=2)), self.bytes(mx.take(out_v, index, axis=2))
+        return visible, self.numpy(mx.take(out_k, index, axis=2)), self.numpy(mx.take(out_v, index, axis=2))
 
-    def bytes(self, array):
-        """mlx's `[B, H, L, D]` as the protocol's `[B, L, H, D]` bytes."""
-        mx, np = self.rt.mx, self.rt.np
+    def numpy(self, array):
         if self.dtype == "bf16":
-            array = array.view(mx.uint16)
-        return np.ascontiguousarray(np.array(array).transpose(0, 2, 1, 3)).tobytes()
-
-    def empty(self):
-        return b""
+            array = array.view(self.rt.mx.uint16)
+        return self.rt.np.array(array)
 
     def rewind(self, to):
-        g = self.global_end()
-        self.trim(g - to)
-        return self.global_end()
+        self.trim(self.global_end() - to)
 
 
 # --mask NAME -> (what it holds back, contract kind, test). Each holds back
@@ -249,147 +241,79 @@ MASKS = {
 }
 
 
-class Session:
-    def __init__(self, kind, masks=(), keep=None):
+class MlxLm(kvcheck.Subject):
+    """mlx-lm's RotatingKVCache or KVCache behind kvcheck.Subject."""
+
+    variants = ("dense",)
+    dtypes = ("f32", "f16", "bf16")
+    layout = "bhnd"  # mlx's [B, H, n, D], both ways
+
+    def __init__(self, kind="rotating", masks=(), keep=None):
         self.kind = kind
-        self.keep = keep
         self.masks = list(masks)
+        self.keep = keep
+        self.features = ("window",) + (("growth",) if kind == "kv" else ())
         self.runtime = Runtime()
         self.pair = None
-        features = ["window"] + (["growth"] if kind == "kv" else [])
-        self.caps = {
-            "variants": ["dense"],
-            "dtypes": ["f32", "f16", "bf16"],
-            "ops": ["write", "rewind"],
-            "features": features,
-            "values": True,
-            "view": False,
-        }
-
-    def name(self):
         from importlib.metadata import version
 
-        parts = ["mlx-lm", version("mlx-lm"), "mlx", version("mlx"), self.kind]
-        if self.keep is not None:
-            parts.append("--keep %d" % self.keep)
-        return " ".join(parts + ["--mask " + m for m in self.masks])
+        parts = ["mlx-lm", version("mlx-lm"), "mlx", version("mlx"), kind]
+        if keep is not None:
+            parts.append("--keep %d" % keep)
+        self.name = " ".join(parts + ["--mask " + m for m in self.masks])
 
-    def handle(self, request):
-        if "hello" in request:
-            return {"hello": {"protocol": PROTOCOL, "name": self.name(), "capabilities": self.caps}}
-        if "open" in request:
-            return self.open(request["open"].get("config") or {})
-        if "close" in request:
-            return None
-        if self.pair is None:
-            return exception("ProtocolError", "no cache is open: send open first")
-        if "op" in request:
-            try:
-                return {"ok": self.apply(request)}
-            except Masked as error:
-                return {"err": {"kind": error.kind, "message": str(error)}}
-            except Exception as error:
-                return exception(type(error).__name__, str(error))
-        return exception("Unsupported", "this subject answers hello, open, op and close")
+    @classmethod
+    def from_args(cls, argv):
+        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser.add_argument("--cache", choices=CACHES, default="rotating", help="which mlx-lm class (default rotating)")
+        parser.add_argument(
+            "--mask",
+            action="append",
+            default=[],
+            choices=sorted(MASKS),
+            help="hold back requests of a recorded difference (repeatable): %s"
+            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
+        )
+        parser.add_argument(
+            "--keep",
+            type=int,
+            default=None,
+            help="RotatingKVCache's keep for every config instead of the config's sink (use with sink 0 and a"
+            " window of at most capacity - keep: the window mask must then hide the kept tokens)",
+        )
+        args = parser.parse_args(argv)
+        return cls(args.cache, args.mask, args.keep)
+
+    @property
+    def global_end(self):
+        return None if self.pair is None else self.pair.global_end()
 
     def open(self, config):
         self.pair = None
-        if config.get("variant") != "dense":
-            return {"err": {"kind": "invalid_config", "message": "mlx-lm has no packed cache of SPEC.md §6"}}
-        try:
-            self.pair = Pair(self.runtime.ready(), config, self.kind, self.keep)
-        except Exception as error:
-            return {"err": {"kind": "invalid_config", "message": "%s: %s" % (type(error).__name__, error)}}
-        return {"ok": {}}
+        self.pair = Pair(self.runtime.ready(), config, self.kind, self.keep)
 
-    def apply(self, request):
-        op = request["op"]
-        if op == "reset":
-            raise Inexpressible("reset: mlx-lm's caches have no such call")
-        ((name, body),) = op.items()
+    def held_back(self, name, body):
         for mask in self.masks:
             _, kind, test = MASKS[mask]
             reason = test(self.pair, name, body)
             if reason:
-                raise Masked(kind, "--mask %s: %s" % (mask, reason))
-        if name == "write":
-            if body.get("heads") is not None or body.get("recent_window") is not None:
-                raise Inexpressible("mlx-lm's caches take every head and no per-call window")
-            k, v = request.get("k"), request.get("v")
-            visible, out_k, out_v = self.pair.write(
-                body["start"],
-                body["len"],
-                None if k is None else base64.b64decode(k),
-                None if v is None else base64.b64decode(v),
-            )
-            return {
-                "global_end": self.pair.global_end(),
-                "visible": visible,
-                "k": base64.b64encode(out_k).decode("ascii"),
-                "v": base64.b64encode(out_v).decode("ascii"),
-            }
-        if name == "rewind":
-            return {"global_end": self.pair.rewind(body["to"])}
-        raise Inexpressible("%s: mlx-lm's caches have no such call" % name)
+                raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
 
+    def write(self, start, length, heads, recent_window, k, v):
+        self.held_back("write", {"start": start, "len": length})
+        if heads is not None or recent_window is not None:
+            raise Inexpressible("mlx-lm's caches take every head and no per-call window")
+        return self.pair.write(start, length, k, v)
 
-class Masked(Exception):
-    """A request held back by --mask, refused with the contract's kind for it."""
-
-    def __init__(self, kind, message):
-        super().__init__(message)
-        self.kind = kind
-
-
-def exception(kind, message):
-    return {"exception": {"type": kind, "message": message}}
-
-
-def serve(session, stdin, stdout):
-    for line in stdin:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            request = json.loads(line)
-        except ValueError as error:
-            response = exception("ProtocolError", "request is not JSON: %s" % error)
-        else:
-            response = (
-                session.handle(request)
-                if isinstance(request, dict)
-                else exception("ProtocolError", "request is not a JSON object")
-            )
-            if response is None:
-                return
-        stdout.write(json.dumps(response, separators=(",", ":")) + "\n")
-        stdout.flush()
+    def rewind(self, to):
+        self.held_back("rewind", {"to": to})
+        self.pair.rewind(to)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", choices=CACHES, default="rotating", help="which mlx-lm class (default rotating)")
-    parser.add_argument(
-        "--mask",
-        action="append",
-        default=[],
-        choices=sorted(MASKS),
-        help="hold back requests of a recorded difference (repeatable): %s"
-        % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
-    )
-    parser.add_argument(
-        "--keep",
-        type=int,
-        default=None,
-        help="RotatingKVCache's keep for every config instead of the config's sink (use with sink 0 and a window"
-        " at most capacity - keep: the window mask must then hide the kept tokens, so the view is the contract's)",
-    )
-    args = parser.parse_args(argv)
-    protocol_out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    serve(Session(args.cache, args.mask, args.keep), sys.stdin, protocol_out)
-    return 0
+    from kvcheck.serve import main as serve
+
+    return serve([os.path.abspath(__file__) + ":MlxLm"] + list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
