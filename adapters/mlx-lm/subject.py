@@ -8,7 +8,7 @@ and prompt-cache reuse):
 
 | kvtrace op | mlx-lm calls |
 |---|---|
-| open | `RotatingKVCache(max_size=capacity, keep=sink)` (`--cache rotating`, what `make_prompt_cache(model, max_kv_size)` builds), or `KVCache()` (`--cache kv`, no capacity: it grows) |
+| open | `RotatingKVCache(max_size=capacity, keep=sink)` (`--cache rotating`, what `make_prompt_cache(model, max_kv_size)` builds), `KVCache()` (`--cache kv`, no capacity: it grows), or the continuous-batching classes `BatchRotatingKVCache(max_size=capacity, left_padding=[0] * batch)` (`--cache batch-rotating`, no keep) and `BatchKVCache(left_padding=[0] * batch)` (`--cache batch-kv`) |
 | write G, n (append) | `mask = cache.make_mask(n, window_size=w)` first, as a model does before its layers run, then `keys, values = cache.update_and_fetch(k, v)` with `[B, H, n, D]` arrays; `w` is the config's `window` when it is below the capacity (a sliding-window layer), else none |
 | write s, n with s < G <= s + n (rewrite of the tail) | `trim_prompt_cache([cache], G - s)` (refused with `NotTrimmable` when `can_trim_prompt_cache` says no), then the append above: how speculative decoding rewrites rejected tokens |
 | write s, 0 (probe) | `cache.keys_and_values()`: the rows the cache holds for the next attention call |
@@ -56,7 +56,7 @@ except ImportError:  # a checkout without the wheel installed: the package's sou
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
     import kvcheck
 
-CACHES = ("rotating", "kv")
+CACHES = ("rotating", "kv", "batch-rotating", "batch-kv")
 
 
 class Inexpressible(Exception):
@@ -111,16 +111,23 @@ class Pair:
         # A sliding-window layer passes its window to make_mask; a plain
         # layer passes none (RotatingKVCache then windows by max_size).
         self.window_size = window if window is not None and window < config["capacity"] else None
-        self.real = self._build()
-        self.twin = self._build()
+        self.real = self._build(config["batch"])
+        self.twin = self._build(1)
 
-    def _build(self):
+    def _build(self, batch):
+        cache, rows = self.rt.cache, [0] * batch
         if self.kind == "rotating":
-            return self.rt.cache.RotatingKVCache(max_size=self.config["capacity"], keep=self.keep)
-        return self.rt.cache.KVCache()
+            return cache.RotatingKVCache(max_size=self.config["capacity"], keep=self.keep)
+        if self.kind == "batch-rotating":
+            return cache.BatchRotatingKVCache(max_size=self.config["capacity"], left_padding=rows)
+        if self.kind == "batch-kv":
+            return cache.BatchKVCache(left_padding=rows)
+        return cache.KVCache()
 
     def global_end(self):
-        return int(self.real.offset)
+        # The batch caches keep one offset per row (all equal: no padding).
+        offset = self.real.offset
+        return int(offset) if isinstance(offset, int) else int(offset[0].item())
 
     def array(self, payload):
         """The payload (numpy, `[B, H, n, D]`, bf16 as uint16 bits) as mlx's array."""
@@ -132,7 +139,7 @@ class Pair:
         return (mx.arange(start, start + length, dtype=mx.float32) + 1).reshape(1, 1, length, 1)
 
     def mask(self, cache, length):
-        if self.kind == "rotating":
+        if self.kind in ("rotating", "batch-rotating"):
             return cache.make_mask(length, window_size=self.window_size)
         return cache.make_mask(length, return_array=False, window_size=self.window_size)
 
@@ -252,7 +259,7 @@ class MlxLm(kvcheck.Subject):
         self.kind = kind
         self.masks = list(masks)
         self.keep = keep
-        self.features = ("window",) + (("growth",) if kind == "kv" else ())
+        self.features = ("window",) + (("growth",) if kind in ("kv", "batch-kv") else ())
         self.runtime = Runtime()
         self.pair = None
         from importlib.metadata import version
