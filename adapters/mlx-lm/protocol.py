@@ -34,9 +34,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 from kvtrace_replay import full_config  # noqa: E402
 
 
-def random_config(rng, cache):
-    capacity = rng.randint(2, 12) if cache == "rotating" else rng.randint(1, 6)
-    windowed = rng.random() < 0.4 and capacity > 1
+def random_config(rng, cache, keep=0):
+    capacity = rng.randint(2 + keep, 12 + keep) if cache == "rotating" else rng.randint(1, 6)
+    windowed = (keep > 0 or rng.random() < 0.4) and capacity > 1
     sink = 0 if cache == "rotating" or windowed else rng.randint(0, capacity - 1)
     return full_config(
         {
@@ -47,7 +47,8 @@ def random_config(rng, cache):
             "dtype": rng.choice(["f32", "f16", "bf16"]),
             "capacity": capacity,
             "sink": sink,
-            "window": rng.randint(1, capacity - 1) if windowed else None,
+            # With keep tokens the window must hide them: W <= C - keep.
+            "window": rng.randint(1, capacity - max(1, keep)) if windowed else None,
             "growth": cache == "kv",
             "seed": rng.randint(0, 1 << 32),
         }
@@ -76,15 +77,15 @@ def random_ops(rng, config, count, cache):
     return ops
 
 
-def generate(cache, count, seed, max_ops):
+def generate(cache, count, seed, max_ops, keep=0):
     rng = random.Random(seed)
     for i in range(count):
-        config = random_config(rng, cache)
+        config = random_config(rng, cache, keep)
         ops = random_ops(rng, config, rng.randint(1, max_ops), cache)
         yield i, {
             "format": "kvtrace/1",
-            "note": "mlx-lm %s protocol (adapters/mlx-lm/protocol.py --cache %s --seed %d, trace %d)"
-            % (cache, cache, seed, i),
+            "note": "mlx-lm %s protocol (adapters/mlx-lm/protocol.py --cache %s%s --seed %d, trace %d)"
+            % (cache, cache, " --keep %d" % keep if keep else "", seed, i),
             "config": config,
             "ops": ops,
         }
@@ -96,10 +97,19 @@ def main(argv=None):
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-ops", type=int, default=24)
+    parser.add_argument(
+        "--keep",
+        type=int,
+        default=0,
+        help="rotating only: draw sliding-window configs with W <= C - KEEP, for a subject run with --keep KEEP"
+        " (the window must hide the kept tokens, so the contract's view is the right one)",
+    )
     parser.add_argument("--out", required=True, help="directory for <cache>-NNNN.kvtrace.json")
     args = parser.parse_args(argv)
+    if args.keep and args.cache != "rotating":
+        parser.error("--keep is for --cache rotating")
     os.makedirs(args.out, exist_ok=True)
-    for i, trace in generate(args.cache, args.count, args.seed, args.max_ops):
+    for i, trace in generate(args.cache, args.count, args.seed, args.max_ops, args.keep):
         with open(os.path.join(args.out, "%s-%04d.kvtrace.json" % (args.cache, i)), "w") as f:
             json.dump(trace, f, indent=1)
             f.write("\n")

@@ -285,8 +285,9 @@ class MlxLm(kvcheck.Subject):
             "--keep",
             type=int,
             default=None,
-            help="RotatingKVCache's keep for every config instead of the config's sink (use with sink 0 and a"
-            " window of at most capacity - keep: the window mask must then hide the kept tokens)",
+            help="RotatingKVCache's keep for every config instead of the config's sink; only configs with sink 0"
+            " and a window of at most capacity - keep open (the window mask must then hide the kept tokens, so"
+            " the contract's view is what queries must read), and reads (zero-length writes) are refused",
         )
         args = parser.parse_args(argv)
         return cls(args.cache, args.mask, args.keep)
@@ -297,6 +298,16 @@ class MlxLm(kvcheck.Subject):
 
     def open(self, config):
         self.pair = None
+        if self.keep is not None:
+            # --keep checks what queries read where the window must hide the
+            # kept tokens; elsewhere the contract is not the oracle.
+            window = config.get("window")
+            if config["sink"] != 0 or window is None or window > config["capacity"] - self.keep:
+                raise kvcheck.Refused(
+                    "invalid_config",
+                    "--keep %d needs sink 0 and a window of at most capacity - %d (sink %d, window %s, capacity %d)"
+                    % (self.keep, self.keep, config["sink"], window, config["capacity"]),
+                )
         self.pair = Pair(self.runtime.ready(), config, self.kind, self.keep)
 
     def held_back(self, name, body):
@@ -310,6 +321,8 @@ class MlxLm(kvcheck.Subject):
         self.held_back("write", {"start": start, "len": length})
         if heads is not None or recent_window is not None:
             raise Inexpressible("mlx-lm's caches take every head and no per-call window")
+        if self.keep is not None and length == 0:
+            raise Inexpressible("--keep checks what queries read; a read shows the kept rows the window hides from them")
         return self.pair.write(start, length, k, v)
 
     def rewind(self, to):
