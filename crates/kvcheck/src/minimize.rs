@@ -33,6 +33,7 @@ use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant, Variant, Write};
 
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::lockstep::Lockstep;
+use crate::oracle::Oracle;
 use crate::subject::SubjectSpec;
 use crate::trace::Trace;
 
@@ -201,36 +202,54 @@ pub fn run_subject(config: &Config, ops: &[Op], subject: &SubjectSpec) -> Option
 }
 
 /// Shrinks the failing `trace` for `subject`, trying at most `max_tests`
-/// candidates. See the module docs for the passes and the guarantee.
+/// candidates. See the module docs for the passes and the guarantee. A
+/// trace that names its oracle ([`crate::trace::OracleTag`]) is shrunk
+/// against it; [`minimize_with`] chooses one.
 pub fn minimize(
     trace: &Trace,
     subject: SubjectSpec,
     max_tests: usize,
 ) -> Result<Minimized, MinimizeError> {
-    let device = Device::Cpu;
-    let lockstep = Lockstep::open(&trace.config, &subject, &device)
+    let oracle = Oracle::for_trace(&Oracle::Model, trace.oracle.as_ref())
+        .map_err(|e| MinimizeError::Setup(format!("the trace's oracle: {e}")))?;
+    minimize_with(trace, subject, &oracle, max_tests)
+}
+
+/// [`minimize`] against `oracle`. A relation failure keeps failing the same
+/// relation: both runs are rebuilt from every candidate, so they shrink
+/// together.
+pub fn minimize_with(
+    trace: &Trace,
+    subject: SubjectSpec,
+    oracle: &Oracle,
+    max_tests: usize,
+) -> Result<Minimized, MinimizeError> {
+    let first = oracle
+        .check(&trace.config, &trace.ops, &subject)
         .map_err(|e| MinimizeError::Setup(e.to_string()))?;
-    lockstep
-        .capabilities()
-        .supports_trace(&trace.config, &trace.ops)
-        .map_err(|e| MinimizeError::Setup(e.to_string()))?;
-    drop(lockstep);
-    let divergence = run_subject(&trace.config, &trace.ops, &subject).ok_or_else(|| {
-        MinimizeError::DoesNotFail {
-            subject: subject.name(&trace.config),
-            ops: trace.ops.len(),
-        }
+    let divergence = first.ok_or_else(|| MinimizeError::DoesNotFail {
+        subject: subject.name(&trace.config),
+        ops: trace.ops.len(),
     })?;
+    // Only the relation that failed needs to keep failing.
+    let oracle = match (oracle, divergence.kind) {
+        (Oracle::Relations(None), DivergenceKind::Relation(r)) => Oracle::Relations(Some(r)),
+        (oracle, _) => oracle.clone(),
+    };
     let before = Size::of(&trace.config, &trace.ops);
     let mut state = Reducer {
         subject,
+        oracle,
         signature: Signature::of(&divergence),
         config: trace.config.clone(),
-        ops: trace.ops[..=divergence.step].to_vec(),
+        ops: trace.ops.clone(),
         divergence,
         tests: 1,
         max_tests: max_tests.max(1),
     };
+    let (ops, divergence) = state.cut(&trace.config, &trace.ops, state.divergence.clone());
+    state.ops = ops;
+    state.divergence = divergence;
     let mut passes = Vec::new();
     loop {
         let start = state.size();
@@ -261,7 +280,12 @@ pub fn minimize(
         size: state.size(),
     });
     let after = state.size();
-    let mut trace_out = Trace::new(state.config.clone(), state.ops.clone()).with_model_expect();
+    let mut trace_out = Trace::new(state.config.clone(), state.ops.clone());
+    if state.oracle.is_model() {
+        trace_out = trace_out.with_model_expect();
+    } else {
+        trace_out.oracle = state.divergence.trace.oracle.clone();
+    }
     let origin = trace
         .note
         .as_deref()
@@ -290,6 +314,7 @@ pub fn minimize(
 /// The minimizer's working state: the smallest failing trace so far.
 struct Reducer {
     subject: SubjectSpec,
+    oracle: Oracle,
     signature: Signature,
     config: Config,
     ops: Vec<Op>,
@@ -303,6 +328,33 @@ impl Reducer {
         Size::of(&self.config, &self.ops)
     }
 
+    /// The candidate's divergence against the oracle, if any (a candidate
+    /// the subject cannot run counts as passing).
+    fn run(&self, config: &Config, ops: &[Op]) -> Option<Box<Divergence>> {
+        self.oracle.check(config, ops, &self.subject).ok().flatten()
+    }
+
+    /// `ops` cut after the divergence step, since later ops never matter
+    /// to the model's lockstep driver. A relation picks its transformations
+    /// from the whole trace, so there the cut is kept only when it still
+    /// fails the same way (one more test).
+    fn cut(
+        &mut self,
+        config: &Config,
+        ops: &[Op],
+        d: Box<Divergence>,
+    ) -> (Vec<Op>, Box<Divergence>) {
+        let cut = ops[..=d.step.min(ops.len() - 1)].to_vec();
+        if self.oracle.is_model() || cut.len() == ops.len() || self.exhausted() {
+            return (cut, d);
+        }
+        self.tests += 1;
+        match self.run(config, &cut) {
+            Some(shorter) if Signature::of(&shorter) == self.signature => (cut, shorter),
+            _ => (ops.to_vec(), d),
+        }
+    }
+
     fn exhausted(&self) -> bool {
         self.tests >= self.max_tests
     }
@@ -314,13 +366,13 @@ impl Reducer {
             return false;
         }
         self.tests += 1;
-        let Some(d) = run_subject(config, ops, &self.subject) else {
+        let Some(d) = self.run(config, ops) else {
             return false;
         };
         if Signature::of(&d) != self.signature {
             return false;
         }
-        let ops = ops[..=d.step].to_vec();
+        let (ops, d) = self.cut(config, ops, d);
         if Size::of(config, &ops) > self.size() {
             return false;
         }

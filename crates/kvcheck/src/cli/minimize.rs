@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::minimize::{max_tests_default, minimize, Minimized};
+use kvcheck::minimize::{max_tests_default, minimize_with, Minimized};
+use kvcheck::oracle::Oracle;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -28,9 +29,18 @@ pub fn run(args: Args) -> ExitCode {
     };
     let subject = args.subject.spec();
     super::announce(&subject);
-    let minimized = match minimize(
+    let oracle = match Oracle::for_trace(&args.subject.oracle(), trace.oracle.as_ref()) {
+        Ok(oracle) => oracle,
+        Err(e) => {
+            eprintln!("error: {}: the trace's oracle: {e}", args.file.display());
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    super::announce_oracle(&oracle);
+    let minimized = match minimize_with(
         &trace,
         subject,
+        &oracle,
         args.max_tests.unwrap_or_else(max_tests_default),
     ) {
         Ok(m) => m,

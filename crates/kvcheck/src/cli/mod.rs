@@ -145,6 +145,14 @@ pub struct SubjectArgs {
     /// refusal agrees with any refusal].
     #[arg(long)]
     exact_kinds: bool,
+    /// What the subject is checked against: `model` (the reference model,
+    /// op by op), `self` (its own transformed runs: the relations of
+    /// SPEC.md §9, no model; `self:M9` checks one), or another subject in
+    /// any `--subject` form (differential: both run the same steps). A
+    /// trace that names its oracle is replayed against it when this is
+    /// `model`. See docs/relations.md.
+    #[arg(long, env = "KVCHECK_ORACLE", default_value = "model")]
+    oracle: kvcheck::oracle::Oracle,
 }
 
 impl SubjectArgs {
@@ -153,6 +161,25 @@ impl SubjectArgs {
         self.subject
             .clone()
             .with_exec_options(self.subject_timeout, self.exact_kinds)
+    }
+
+    /// The oracle; another subject gets the timeout and kinds options too.
+    pub fn oracle(&self) -> kvcheck::oracle::Oracle {
+        match &self.oracle {
+            kvcheck::oracle::Oracle::Subject(other) => kvcheck::oracle::Oracle::Subject(
+                other
+                    .clone()
+                    .with_exec_options(self.subject_timeout, self.exact_kinds),
+            ),
+            oracle => oracle.clone(),
+        }
+    }
+}
+
+/// One line on stderr naming the oracle when it is not the model.
+pub fn announce_oracle(oracle: &kvcheck::oracle::Oracle) {
+    if !oracle.is_model() {
+        eprintln!("oracle {oracle} (no model: {})", oracle.describe());
     }
 }
 

@@ -182,6 +182,7 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> ExitCode {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
+        oracle: kvcheck::oracle::Oracle::Model,
     };
     let cells: Vec<(usize, Engine)> = rows
         .iter()

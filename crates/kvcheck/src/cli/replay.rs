@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::replay::{replay, ReplayReport};
+use kvcheck::replay::{replay_with, ReplayReport};
 use kvcheck::trace::{collect_trace_files, Trace};
 use serde_json::json;
 
@@ -44,8 +44,10 @@ pub fn run(args: Args) -> ExitCode {
     }
     let failures = failures_dir(args.out.clone());
     let subject = (!args.model_only).then(|| args.subject.spec());
+    let oracle = args.subject.oracle();
     if let Some(subject) = &subject {
         super::announce(subject);
+        super::announce_oracle(&oracle);
     }
     let (mut passed, mut failed, mut unreadable, mut skipped) = (0, 0, 0, 0);
     let mut json_results = Vec::new();
@@ -62,7 +64,13 @@ pub fn run(args: Args) -> ExitCode {
                 continue;
             }
         };
-        let report = replay(&trace, Some(file), subject.clone(), Some(&failures));
+        let report = replay_with(
+            &trace,
+            Some(file),
+            subject.clone(),
+            Some(&failures),
+            &oracle,
+        );
         if report.skipped.is_some() {
             skipped += 1;
         } else if report.passed() {

@@ -159,7 +159,9 @@ pub fn run(args: Args) -> ExitCode {
         jobs,
         shard: args.shard,
         subject: subject.clone(),
+        oracle: args.subject.oracle(),
     };
+    super::announce_oracle(&campaign.oracle);
     let outcome = match campaign.run(Some(&bar)) {
         Ok(outcome) => outcome,
         Err(e) => {

@@ -35,6 +35,8 @@ use super::{ExploreReport, Explorer};
 use crate::coverage::Coverage;
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::lockstep::Lockstep;
+use crate::oracle::Oracle;
+use crate::subject::{Capabilities, SubjectSpec};
 
 /// No parent: a node at depth 0.
 const ROOT: u32 = u32::MAX;
@@ -73,6 +75,8 @@ pub(super) struct Bfs<'e> {
     seen: HashSet<u64>,
     coverage: Coverage,
     report: ExploreReport,
+    /// The subject's capabilities: the alphabet draws nothing else.
+    capabilities: Capabilities,
 }
 
 impl<'e> Bfs<'e> {
@@ -83,6 +87,10 @@ impl<'e> Bfs<'e> {
             seen: HashSet::new(),
             coverage: Coverage::default(),
             report: ExploreReport::empty(explorer),
+            capabilities: explorer
+                .subject
+                .capabilities()
+                .unwrap_or_else(|_| Capabilities::full()),
         }
     }
 
@@ -104,7 +112,13 @@ impl<'e> Bfs<'e> {
     fn rebuild(&self, path: &[Op], replayed: &mut u64) -> Result<Lockstep, Box<Divergence>> {
         let e = self.explorer;
         let device = Device::Cpu;
-        let mut run = Lockstep::open(&e.config, &e.subject, &device)
+        // Another oracle than the model: the naive cache walks the states
+        // and each sequence is checked against the oracle in `expand`.
+        let walker = match e.oracle {
+            Oracle::Model => &e.subject,
+            _ => &SubjectSpec::Reference,
+        };
+        let mut run = Lockstep::open(&e.config, walker, &device)
             .map_err(|err| setup_divergence(e, err.to_string()))?;
         run.run(e.prefix.iter().chain(path))?;
         *replayed += (e.prefix.len() + path.len()) as u64;
@@ -225,7 +239,7 @@ impl<'e> Bfs<'e> {
         let ops = self
             .explorer
             .alphabet
-            .ops_for(run.model(), run.capabilities());
+            .ops_for(run.model(), &self.capabilities);
         let clean_len = run.ops().len();
         for op in ops {
             let before = run.model().clone();
@@ -245,6 +259,10 @@ impl<'e> Bfs<'e> {
             };
             x.coverage.observe(&before, run.model(), &op, &outcome);
             x.states += 1;
+            if let Some(divergence) = self.check_oracle(&path, op) {
+                x.divergence = Some(divergence);
+                return x;
+            }
             let there = fingerprint(run.model(), run.cache());
             if there == here {
                 continue;
@@ -261,6 +279,18 @@ impl<'e> Bfs<'e> {
             };
         }
         x
+    }
+
+    /// With an oracle other than the model: the prefix, `path` and `op`
+    /// checked whole against it (a sequence the subject cannot run is no
+    /// divergence).
+    fn check_oracle(&self, path: &[Op], op: Op) -> Option<Box<Divergence>> {
+        let e = self.explorer;
+        if e.oracle.is_model() {
+            return None;
+        }
+        let ops: Vec<Op> = e.prefix.iter().chain(path).copied().chain([op]).collect();
+        e.oracle.check(&e.config, &ops, &e.subject).ok().flatten()
     }
 
     /// The divergence of `path` + `op` re-executed on a clean lockstep, when
