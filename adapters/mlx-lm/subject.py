@@ -199,7 +199,7 @@ class Pair:
         """Visible positions in ascending order and the library's own K/V
         rows gathered in that order (numpy, `[B, H, L, D]`)."""
         mx = self.rt.mx
-        tags = twin_keys[0, 0, :, 0].tolist()
+        tags = untagged_as_neighbours(twin_keys[0, 0, :, 0].tolist())
         rows = sorted(columns, key=lambda j: (tags[j], j))
         visible = [int(tags[j]) - 1 for j in rows]
         index = mx.array(rows, dtype=mx.int32)
@@ -212,6 +212,20 @@ class Pair:
 
     def rewind(self, to):
         self.trim(self.global_end() - to)
+
+
+def untagged_as_neighbours(tags):
+    """Tags with each 0 (a row no write reached, e.g. the gap a trim by a
+    negative count leaves) replaced by the position its place in the buffer
+    stands for: one past the row before it, or one before the row after it."""
+    out = list(tags)
+    for j in range(len(out)):
+        if out[j] == 0 and j > 0 and out[j - 1] != 0:
+            out[j] = out[j - 1] + 1
+    for j in reversed(range(len(out))):
+        if out[j] == 0 and j + 1 < len(out) and out[j + 1] > 1:
+            out[j] = out[j + 1] - 1
+    return [t if t != 0 else 1 for t in out]
 
 
 # --mask NAME -> (what it holds back, contract kind, test). Each holds back
@@ -241,10 +255,33 @@ def _rewind_args(pair, name, body):
         return "rewind to %d outside 0..%d" % (body["to"], pair.global_end())
 
 
+def _read(pair, name, body):
+    if name == "write" and body.get("len") == 0:
+        return "a read (zero-length write): it shows every row held, however many the last chunk left"
+
+
+def _full_trim(pair, name, body):
+    g, capacity = pair.global_end(), pair.config["capacity"]
+    trims = name == "rewind" or (name == "write" and body.get("len", 0) > 0 and body.get("start", g) < g)
+    if trims and g >= capacity:
+        return "a trim at global end %d, capacity %d (RotatingKVCache is no longer trimmable there)" % (g, capacity)
+
+
 MASKS = {
     "chunk-fit": ("appends that do not fit in the capacity beside the sink", "chunk_too_large", _chunk_fit),
     "window-fit": ("appends that do not fit in the window beside the sink", "window_too_small", _window_fit),
     "rewind-args": ("rewinds past the global end or below 0 (trim by a negative count)", "rewind_ahead", _rewind_args),
+    # The contract has no refusal for a read, so this one answers with an
+    # exception: for --oracle self searches (both runs refuse alike), where
+    # the rows a read shows (B1, B6 of docs/mlx-lm.md) would hide what
+    # queries read.
+    "full-trim": (
+        "rewinds and tail rewrites once the global end reaches the capacity, answered as Inexpressible;"
+        " for --oracle between --cache kv and rotating (B4)",
+        None,
+        _full_trim,
+    ),
+    "no-read": ("reads (zero-length writes), answered as Inexpressible; for --oracle self", None, _read),
 }
 
 
@@ -312,17 +349,23 @@ class MlxLm(kvcheck.Subject):
 
     def held_back(self, name, body):
         for mask in self.masks:
-            _, kind, test = MASKS[mask]
-            reason = test(self.pair, name, body)
-            if reason:
-                raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
+            self.held_back_by(mask, name, body)
+
+    def held_back_by(self, mask, name, body):
+        _, kind, test = MASKS[mask]
+        reason = test(self.pair, name, body)
+        if reason and kind is None:
+            raise Inexpressible("--mask %s: %s" % (mask, reason))
+        if reason:
+            raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
 
     def write(self, start, length, heads, recent_window, k, v):
         self.held_back("write", {"start": start, "len": length})
         if heads is not None or recent_window is not None:
             raise Inexpressible("mlx-lm's caches take every head and no per-call window")
-        if self.keep is not None and length == 0:
-            raise Inexpressible("--keep checks what queries read; a read shows the kept rows the window hides from them")
+        if self.keep is not None:
+            # --keep checks what queries read; a read shows the kept rows the window hides from them.
+            self.held_back_by("no-read", "write", {"start": start, "len": length})
         return self.pair.write(start, length, k, v)
 
     def rewind(self, to):
