@@ -1,4 +1,5 @@
-//! Relations: checking a cache against itself, with no model (SPEC.md §9).
+//! Relations: checking a cache against itself, with no model (SPEC.md §9,
+//! and M10 beyond it).
 //!
 //! A relation says that two runs must show a caller the same thing: a
 //! trace, and the same trace transformed in a way the contract says cannot
@@ -89,11 +90,16 @@ pub enum Relation {
     /// M9: removing a refused op changes no other outcome.
     #[serde(rename = "M9")]
     RefusalPure,
+    /// M10 (beyond SPEC.md §9): an append followed by a rewrite of exactly
+    /// its rows equals the append carrying the rewrite's rows: the last
+    /// write wins.
+    #[serde(rename = "M10")]
+    LastWriteWins,
 }
 
 impl Relation {
     /// Every relation, in SPEC.md order.
-    pub const ALL: [Relation; 9] = [
+    pub const ALL: [Relation; 10] = [
         Relation::ResetIsFresh,
         Relation::HeadSplit,
         Relation::BatchRowsIndependent,
@@ -103,9 +109,10 @@ impl Relation {
         Relation::ChunkingInvariant,
         Relation::AppendRewound,
         Relation::RefusalPure,
+        Relation::LastWriteWins,
     ];
 
-    /// `M1` … `M9`.
+    /// `M1` … `M10`.
     pub fn id(self) -> &'static str {
         match self {
             Relation::ResetIsFresh => "M1",
@@ -117,6 +124,7 @@ impl Relation {
             Relation::ChunkingInvariant => "M7",
             Relation::AppendRewound => "M8",
             Relation::RefusalPure => "M9",
+            Relation::LastWriteWins => "M10",
         }
     }
 
@@ -132,6 +140,7 @@ impl Relation {
             Relation::ChunkingInvariant => "chunking-invariant",
             Relation::AppendRewound => "append-rewound",
             Relation::RefusalPure => "refusal-pure",
+            Relation::LastWriteWins => "last-write-wins",
         }
     }
 
@@ -147,6 +156,7 @@ impl Relation {
             Relation::ChunkingInvariant => "relation_m7",
             Relation::AppendRewound => "relation_m8",
             Relation::RefusalPure => "relation_m9",
+            Relation::LastWriteWins => "relation_m10",
         }
     }
 

@@ -143,6 +143,21 @@ fn candidates(
                 .collect()
         }
         Relation::RefusalPure => indices.filter(|&i| run.seen[i].is_refused()).collect(),
+        Relation::LastWriteWins => indices
+            .filter(|&i| {
+                let (Some(append), Some(rewrite)) =
+                    (is_write(&steps[i]), steps.get(i + 1).and_then(is_write))
+                else {
+                    return false;
+                };
+                append == rewrite
+                    && append.len >= 1
+                    && append.start >= 0
+                    && append.start as u64 == run.global_end_before(i)
+                    && ok(i)
+                    && ok(i + 1)
+            })
+            .collect(),
     }
 }
 
@@ -412,6 +427,32 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
         Relation::RefusalPure => {
             let (plan, pairs) = splice(original, at, Vec::new());
             (format!("without op {at}, which was refused"), plan, pairs)
+        }
+        Relation::LastWriteWins => {
+            // Op `at + 1` rewrites exactly the rows op `at` appended: drop
+            // it and let the append carry its rows.
+            let mut direct = step;
+            direct.payload = original.steps[at + 1].payload;
+            let (plan, pairs) = splice(original, at + 1, Vec::new());
+            let mut plan = plan;
+            plan.steps[at] = direct;
+            let mut pairs: Vec<Pair> = pairs.into_iter().filter(|p| p.original != at).collect();
+            pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at + 1,
+                    transformed: at,
+                    part: Part::Whole,
+                },
+            );
+            (
+                format!(
+                    "op {at} appending the rows op {} rewrote, without it",
+                    at + 1
+                ),
+                plan,
+                pairs,
+            )
         }
     };
     Some(Instance {
