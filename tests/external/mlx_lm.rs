@@ -51,30 +51,9 @@ fn subject(python: &Path, args: &str) -> SubjectSpec {
 #[test]
 fn mlx_lm_saved_traces_still_diverge() {
     let Some(python) = environment() else { return };
-    let dir = root().join("tests/external/mlx-lm");
-    let text = std::fs::read_to_string(dir.join("findings.json")).expect("findings.json");
-    let entries: serde_json::Value = serde_json::from_str(&text).expect("findings.json is JSON");
-    let entries = entries.as_array().expect("findings.json is an array");
-    assert!(!entries.is_empty(), "no saved traces");
-    for entry in entries {
-        let file = entry["file"].as_str().expect("file");
-        let args = entry["subject_args"].as_str().unwrap_or("");
-        let trace = Trace::load(&dir.join(file)).expect("a saved trace loads");
-        let report = kvcheck::replay::replay(&trace, None, Some(subject(&python, args)), None);
-        let divergence = report
-            .divergence
-            .unwrap_or_else(|| panic!("{file}: mlx-lm no longer diverges"));
-        assert_eq!(
-            (divergence.step as u64, divergence.kind.name()),
-            (
-                entry["step"].as_u64().expect("step"),
-                entry["kind"].as_str().expect("kind")
-            ),
-            "{file}: the divergence moved: {}",
-            divergence.summary()
-        );
-    }
-    eprintln!("{} saved mlx-lm traces still diverge", entries.len());
+    crate::saved_traces_still_diverge("mlx-lm", "tests/external/mlx-lm", |entry| {
+        subject(&python, entry["subject_args"].as_str().unwrap_or(""))
+    });
 }
 
 /// `adapters/mlx-lm/protocol.py` draws 8 traces of each cache's protocol;
