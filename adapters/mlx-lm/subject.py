@@ -299,9 +299,12 @@ class MlxLm(kvcheck.Subject):
         self.features = ("window",) + (("growth",) if kind in ("kv", "batch-kv") else ())
         self.runtime = Runtime()
         self.pair = None
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
-        parts = ["mlx-lm", version("mlx-lm"), "mlx", version("mlx"), kind]
+        try:
+            parts = ["mlx-lm", version("mlx-lm"), "mlx", version("mlx"), kind]
+        except PackageNotFoundError as error:
+            raise ImportError("mlx-lm and mlx are needed (%s): run adapters/mlx-lm/setup.sh and use its venv" % error)
         if keep is not None:
             parts.append("--keep %d" % keep)
         self.name = " ".join(parts + ["--mask " + m for m in self.masks])
