@@ -34,14 +34,16 @@ starts past the global end, or a rewrite that ends before it, has no call
 Positions. The caches return arrays, not positions. Every cache is paired
 with a *twin*: a second instance of the same class and arguments, batch 1,
 one head, head_dim 1, float32, that receives the same calls with each row
-tagged `position + 1` (0: a row never written). Column j of the twin's
-returned keys is the position column j of the real cache's returned keys
-holds, without re-implementing mlx-lm's index arithmetic.
+tagged `position + 1`. Column j of the twin's returned keys is the
+position column j of the real cache's returned keys holds, without
+re-implementing mlx-lm's index arithmetic; a row no write reached (tag 0,
+e.g. the gap a trim by a negative count opens) takes the position of its
+place next to its neighbours.
 
 Built on `kvcheck.Subject` (python/kvcheck): the base class owns the
 protocol, this file only maps ops onto mlx-lm's calls.
 
-    adapters/mlx-lm/.venv/bin/python adapters/mlx-lm/subject.py [--cache rotating|kv] [--keep K] [--mask NAME]...
+    adapters/mlx-lm/.venv/bin/python adapters/mlx-lm/subject.py [--cache rotating|kv|batch-rotating|batch-kv] [--keep K] [--mask NAME]...
 """
 
 import argparse
