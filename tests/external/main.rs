@@ -9,6 +9,10 @@
 //!   `adapters/sglang/setup.sh` has built its environment (the marker
 //!   `adapters/sglang/.sglang/<version>/READY`), and says how to enable it
 //!   otherwise. `SGLANG_VERSION` picks the release (default 0.5.23).
+//! - `mlx_lm`: mlx-lm's caches through `adapters/mlx-lm/subject.py`, opt-in
+//!   behind `adapters/mlx-lm/setup.sh` (see `docs/mlx-lm.md`).
+
+mod mlx_lm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,27 +70,40 @@ fn sglang_adapter_and_saved_findings() {
 /// the step and in the kind recorded there (and with the recorded exception
 /// message), as docs/sglang.md reports.
 fn saved_findings_still_diverge(python: &Path, version: &str) {
-    let dir = root().join("tests/external/sglang");
-    let text = std::fs::read_to_string(dir.join("findings.json")).expect("findings.json");
-    let findings: serde_json::Value = serde_json::from_str(&text).expect("findings.json is JSON");
-    let findings = findings.as_array().expect("findings.json is an array");
-    assert!(!findings.is_empty(), "no saved findings");
     let command = format!(
         "exec:{} {} --version {version}",
         python.display(),
         root().join("adapters/sglang/subject.py").display()
     );
+    saved_traces_still_diverge("sglang", "tests/external/sglang", |entry| {
+        let exact = entry["exact_kinds"].as_bool().unwrap_or(false);
+        kvcheck::subject::SubjectSpec::parse(&command)
+            .expect("exec subject")
+            .with_exec_options(Some(std::time::Duration::from_secs(120)), exact)
+    });
+}
+
+/// Replays every trace listed in `DIR/findings.json` (entries with `file`,
+/// `step`, `kind` and optionally `message`) on the subject `subject` builds
+/// for its entry, and fails unless each still diverges at the recorded step,
+/// in the recorded kind (saying `message` when one is recorded).
+pub(crate) fn saved_traces_still_diverge(
+    library: &str,
+    dir: &str,
+    subject: impl Fn(&serde_json::Value) -> kvcheck::subject::SubjectSpec,
+) {
+    let dir = root().join(dir);
+    let text = std::fs::read_to_string(dir.join("findings.json")).expect("findings.json");
+    let findings: serde_json::Value = serde_json::from_str(&text).expect("findings.json is JSON");
+    let findings = findings.as_array().expect("findings.json is an array");
+    assert!(!findings.is_empty(), "no saved {library} traces");
     for entry in findings {
         let file = entry["file"].as_str().expect("file");
-        let exact = entry["exact_kinds"].as_bool().unwrap_or(false);
-        let subject = kvcheck::subject::SubjectSpec::parse(&command)
-            .expect("exec subject")
-            .with_exec_options(Some(std::time::Duration::from_secs(120)), exact);
         let trace = kvcheck::trace::Trace::load(&dir.join(file)).expect("a saved trace loads");
-        let report = kvcheck::replay::replay(&trace, None, Some(subject), None);
+        let report = kvcheck::replay::replay(&trace, None, Some(subject(entry)), None);
         let divergence = report
             .divergence
-            .unwrap_or_else(|| panic!("{file}: sglang no longer diverges"));
+            .unwrap_or_else(|| panic!("{file}: {library} no longer diverges"));
         assert_eq!(
             (divergence.step as u64, divergence.kind.name()),
             (
@@ -104,5 +121,5 @@ fn saved_findings_still_diverge(python: &Path, version: &str) {
             );
         }
     }
-    eprintln!("{} saved sglang findings still diverge", findings.len());
+    eprintln!("{} saved {library} traces still diverge", findings.len());
 }
