@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""transformers' real KV caches as a kvcheck-subject/1 process.
+
+Drives the classes of `transformers/cache_utils.py`, unmodified, through the
+calls a transformers model and `generate()` make on them, one attention
+layer (`layer_idx = 0`) built from a one-layer `PretrainedConfig`:
+
+| kvtrace op | transformers calls |
+|---|---|
+| open | `--cache dynamic`: `DynamicCache(config=cfg)`; `--cache static`: `StaticCache(config=cfg, max_cache_len=capacity)`; `--cache hqq`, `quanto`, `fp8`: `QuantizedCache(backend, cfg, ...)`. `cfg.layer_types` is `["sliding_attention"]` with `sliding_window = window` when the config's window is below its capacity (so the cache builds `DynamicSlidingWindowLayer` / `StaticSlidingWindowLayer`), else `["full_attention"]` (`DynamicLayer` / `StaticLayer` / the quantized layers). `DynamicCache` gets `activate_past_recording()`, as assisted decoding does, so that its sliding layer can be cropped |
+| write G, n (append) | `mask = create_causal_mask(...)` (or `create_sliding_window_causal_mask`) with `cache=`, eager attention, before the update, as a model builds its masks before its layers run; then `keys, values = cache.update(k, v, 0)` with `[B, H, n, D]` tensors |
+| write s, n with s < G <= s + n (rewrite of the tail) | `cache.crop(-(G - s))` then the append above: how assisted decoding drops rejected draft tokens and writes the accepted ones. Refused, as `generate()` refuses, when `cache.is_croppable` is false (`NotCroppable`) |
+| write G, 0 (the read-only probe) | no call: the rows the layer holds (`layer.keys`) that the same mask function lets a query at `G - 1` read |
+| rewind to | `cache.crop(-(G - to))` under the same `is_croppable` check |
+| reset | `cache.reset()` |
+
+The global end is the library's own `cache.get_seq_length(0)`.
+
+Visible means what attention reads: the columns of the returned keys that
+the mask's *last* row (the chunk's last query) admits, in the order the
+returned tensors hold them. A mask narrower than the returned keys is what
+eager attention slices it to (`mask[..., :K]`); a narrower key tensor than
+the mask cannot be attended and is raised as `MaskShapeMismatch`. K/V bytes
+are the library's returned tensors, those columns gathered (no arithmetic).
+
+Positions. The caches return tensors, not positions. Every cache except
+the quantized ones is paired with a *twin*: the same class and config,
+batch 1, one head, head_dim 1, float64, that receives the same calls with
+each row tagged `position + 1` (0: a slot never written). Column j of the
+twin's returned keys is the position column j of the real cache's keys
+holds. A never-written column that the mask admits is reported at the
+position the mask takes it for (`kv_offset + j`). The quantized caches
+cannot carry tags (they round them); their columns are reported at the
+positions the mask takes them for, and they declare no values (their K/V
+are lossy by design; only outcomes, global ends and positions compare).
+
+What it cannot express is left out of its capabilities: `evict` and `pin`
+(no such calls), head ranges (every call carries all heads), recent
+windows (a layer's window is fixed), the packed variant, `growth` on the
+static cache (it never grows), windows on the quantized cache
+(`QuantizedCache` refuses sliding layers), `rewind` on the quantized cache
+(not croppable). A write that starts past the global end, or a rewrite
+that ends before it, has no call (the cache appends at its own length): it
+is answered as an exception of type `Inexpressible` and changes nothing.
+Sinks have no counterpart: `sink` is ignored (docs/transformers.md lists
+what that changes).
+
+    adapters/transformers/.venv/bin/python adapters/transformers/subject.py [--cache dynamic|static|hqq|quanto|fp8] [--mask NAME]...
+"""
+
+import argparse
+import os
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+import kvcheck  # noqa: E402
+import kvcheck.serve  # noqa: E402
+
+CACHES = ("dynamic", "static", "hqq", "quanto", "fp8")
+QUANTIZED = ("hqq", "quanto", "fp8")
+
+
+class Inexpressible(Exception):
+    """A request no transformers pipeline can make of these classes."""
+
+
+class NotCroppable(Exception):
+    """`cache.is_croppable` is false: `generate()` refuses to crop then."""
+
+
+class MaskShapeMismatch(Exception):
+    """The mask has fewer columns than the keys the cache returned: eager
+    attention cannot add it to the scores."""
+
+
+class Masked(kvcheck.Refused):
+    """A request held back by --mask (a known difference), refused with the
+    contract's kind for it."""
+
+
+def _version(dist):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+class Runtime:
+    """torch and transformers, imported in the background at start-up so
+    `hello` is answered at once and the first `open` waits only for what is
+    left."""
+
+    def __init__(self):
+        self.error = None
+        self.done = threading.Event()
+        threading.Thread(target=self._load, daemon=True).start()
+
+    def _load(self):
+        try:
+            import torch
+
+            torch.set_num_threads(1)
+            import transformers
+            from transformers import cache_utils, masking_utils
+
+            self.torch = torch
+            self.transformers = transformers
+            self.cache_utils = cache_utils
+            self.masking_utils = masking_utils
+        except Exception as error:  # reported on the first open
+            self.error = error
+        finally:
+            self.done.set()
+
+    def ready(self):
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+class Layer:
+    """One transformers cache (one layer) built for a kvtrace config, and the
+    mask a model would build for it."""
+
+    def __init__(self, rt, kind, config, batch, heads, head_dim, dtype):
+        self.rt = rt
+        self.kind = kind
+        self.batch, self.heads, self.head_dim, self.dtype = batch, heads, head_dim, dtype
+        capacity = config["capacity"]
+        window = config.get("window")
+        self.sliding = window is not None and window < capacity
+        cfg = rt.transformers.PretrainedConfig(
+            num_hidden_layers=1,
+            layer_types=["sliding_attention" if self.sliding else "full_attention"],
+            sliding_window=window if self.sliding else None,
+        )
+        cfg._attn_implementation = "eager"
+        self.cfg = cfg
+        cu = rt.cache_utils
+        if kind == "dynamic":
+            self.cache = cu.DynamicCache(config=cfg)
+            # What assisted decoding and the deferred stop do before they crop.
+            self.cache.activate_past_recording()
+        elif kind == "static":
+            self.cache = cu.StaticCache(config=cfg, max_cache_len=capacity)
+        else:
+            self.cache = cu.QuantizedCache(kind, cfg)
+
+    @property
+    def layer(self):
+        return self.cache.layers[0]
+
+    def seq_length(self):
+        return int(self.cache.get_seq_length(0))
+
+    def mask_row(self, length):
+        """The last query's row of the mask a model builds before appending
+        `length` tokens: (allowed columns as a bool list, kv_offset)."""
+        rt = self.rt
+        torch = rt.torch
+        embeds = torch.zeros(self.batch, length, 1)
+        build = (
+            rt.masking_utils.create_sliding_window_causal_mask
+            if self.sliding
+            else rt.masking_utils.create_causal_mask
+        )
+        mask = build(config=self.cfg, inputs_embeds=embeds, attention_mask=None, cache=self.cache)
+        _, kv_offset = self.cache.get_mask_sizes(length, 0)
+        if mask is None:
+            return None, int(kv_offset)
+        row = mask[0, 0, -1]
+        allowed = row == 0 if row.dtype != torch.bool else row
+        return allowed.tolist(), int(kv_offset)
+
+    def probe_row(self, columns):
+        """Which of `columns` held rows a query at G - 1 may read, by the
+        mask function the model's mask is built from."""
+        mu = self.rt.masking_utils
+        torch = self.rt.torch
+        g = self.seq_length()
+        fn = (
+            mu.sliding_window_causal_mask_function(self.cfg.sliding_window)
+            if self.sliding
+            else mu.causal_mask_function
+        )
+        kv = torch.tensor(columns, dtype=torch.long)
+        q = torch.full_like(kv, g - 1)
+        zero = torch.zeros_like(kv)
+        return fn(zero, zero, q, kv).tolist()
+
+
+class TransformersCache(kvcheck.Subject):
+    """transformers' caches behind kvcheck.Subject (see the module docs)."""
+
+    variants = ("dense",)
+    arrays = "torch"
+    layout = "bhnd"
+
+    def __init__(self, cache="dynamic", masks=()):
+        if cache not in CACHES:
+            raise ValueError("--cache %s: expected one of %s" % (cache, ", ".join(CACHES)))
+        self.kind = cache
+        self.masks = list(masks)
+        self.name = " ".join(
+            ["transformers", _version("transformers") or "?", cache] + ["--mask " + m for m in self.masks]
+        )
+        quantized = cache in QUANTIZED
+        self.values = not quantized
+        self.features = ("growth",) if cache != "static" else ()
+        if not quantized:
+            self.features += ("window",)
+        self.ops = ("write", "reset") if quantized else ("write", "rewind", "reset")
+        self.runtime = Runtime()
+        self.pair = None
+
+    @classmethod
+    def from_args(cls, argv):
+        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser.add_argument("--cache", default="dynamic", choices=CACHES, help="which cache class (default dynamic)")
+        parser.add_argument(
+            "--mask",
+            action="append",
+            default=[],
+            choices=sorted(MASKS),
+            help="hold back requests of a known difference (repeatable): %s"
+            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
+        )
+        args = parser.parse_args(argv)
+        return cls(args.cache, args.mask)
+
+    # -- the cache and its twin -------------------------------------------
+
+    def open(self, config):
+        rt = self.runtime.ready()
+        torch = rt.torch
+        dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+        self.config = config
+        self.dtype = dtypes[config["dtype"]]
+        self.real = Layer(rt, self.kind, config, config["batch"], config["heads"], config["head_dim"], self.dtype)
+        self.twin = None
+        if self.kind not in QUANTIZED:
+            self.twin = Layer(rt, self.kind, config, 1, 1, 1, torch.float64)
+
+    @property
+    def global_end(self):
+        return self.real.seq_length()
+
+    def _both(self, call):
+        """Applies `call(layer)` to the twin, then to the real cache, so a
+        call that mutates and then raises leaves both alike. Returns (twin
+        result, real result); the real cache's exception wins."""
+        twin_error, twin_result = None, None
+        if self.twin is not None:
+            try:
+                twin_result = call(self.twin)
+            except Exception as error:
+                twin_error = error
+        result = call(self.real)
+        if twin_error is not None:
+            raise kvcheck.AdapterError("the position twin raised %r but the cache did not" % twin_error)
+        return twin_result, result
+
+    def _tags(self, start, length):
+        torch = self.runtime.torch
+        return (torch.arange(length, dtype=torch.float64) + (start + 1)).reshape(1, 1, length, 1)
+
+    def _crop(self, tokens):
+        if not self.real.cache.is_croppable:
+            raise NotCroppable(
+                "cache.is_croppable is false for %s: generate() does not crop it" % self.real.layer.__class__.__name__
+            )
+        self._both(lambda layer: layer.cache.crop(-tokens))
+
+    # -- ops ----------------------------------------------------------------
+
+    def write(self, start, length, heads, recent_window, k, v):
+        self._masked("write", {"start": start, "len": length})
+        g = self.global_end
+        if k is None or start < 0 or length < 0:
+            raise Inexpressible("write %d+%d: no tensor has a negative length" % (start, length))
+        if start > g:
+            raise Inexpressible("write at %d past the global end %d: the cache appends at its length" % (start, g))
+        if length == 0:
+            if start != g:
+                raise Inexpressible("zero-length write at %d inside the stream (global end %d)" % (start, g))
+            return self._probe()
+        if start + length < g:
+            raise Inexpressible(
+                "write %d+%d ends before the global end %d: the cache has no in-place write" % (start, length, g)
+            )
+        if start < g:
+            self._crop(g - start)
+        rows, offset = self.real.mask_row(length)
+        tags = self._tags(start, length)
+        twin, (keys, values) = self._both(
+            lambda layer: layer.cache.update(k, v, 0) if layer is self.real else layer.cache.update(tags, tags, 0)
+        )
+        return self._view(rows, offset, keys, values, None if twin is None else twin[0])
+
+    def _view(self, rows, offset, keys, values, twin_keys):
+        count = keys.shape[2]
+        if rows is None:
+            rows = [True] * count
+        if len(rows) < count:
+            raise MaskShapeMismatch(
+                "the mask has %d key columns but the cache returned %d keys" % (len(rows), count)
+            )
+        columns = [j for j in range(count) if rows[j]]
+        visible = []
+        for j in columns:
+            tag = 0 if twin_keys is None else int(twin_keys[0, 0, j, 0].item())
+            visible.append(tag - 1 if tag > 0 else offset + j)
+        if not self.values:
+            return visible
+        torch = self.runtime.torch
+        index = torch.tensor(columns, dtype=torch.long)
+        return visible, keys.index_select(2, index), values.index_select(2, index)
+
+    def _probe(self):
+        if self.kind in QUANTIZED:
+            # The quantized layers hold their rows quantized: a zero-length
+            # update (no residual flush: the residual only grows) returns
+            # them dequantized, and a query at G - 1 reads them all.
+            keys, _ = self.real.cache.update(*self._empty(), 0)
+            return list(range(keys.shape[2]))
+        layer = self.real.layer
+        keys = getattr(layer, "keys", None)
+        if not layer.is_initialized or keys is None or keys.dim() != 4:
+            empty, _ = self._empty()
+            return [], empty, empty
+        count = keys.shape[2]
+        twin_keys = self.twin.layer.keys if self.twin is not None else None
+        positions = [
+            int(twin_keys[0, 0, j, 0].item()) - 1 if twin_keys is not None else j for j in range(count)
+        ]
+        allowed = self.real.probe_row(positions)
+        rows = [ok and p >= 0 for ok, p in zip(allowed, positions)]
+        return self._view(rows, 0, keys, layer.values, twin_keys)
+
+    def _empty(self):
+        torch = self.runtime.torch
+        shape = (self.config["batch"], self.config["heads"], 0, self.config["head_dim"])
+        return torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)
+
+    def rewind(self, to):
+        self._masked("rewind", {"to": to})
+        # With to > G this is a positive crop, which every layer refuses:
+        # passed on as is, so that the library answers.
+        self._crop(self.global_end - to)
+
+    def reset(self):
+        self._both(lambda layer: layer.cache.reset())
+
+    def _masked(self, name, body):
+        for mask in self.masks:
+            _, kind, test = MASKS[mask]
+            reason = test(self, name, body)
+            if reason:
+                raise Masked(kind, "--mask %s: %s" % (mask, reason))
+
+
+def _over_crop(subject, name, body):
+    if name == "rewind" and body["to"] < 0:
+        return "rewind to %d below 0 (crop of more tokens than the cache holds)" % body["to"]
+
+
+# name -> (what it holds back, the contract kind it answers, test)
+MASKS = {
+    "over-crop": ("rewinds to a negative position", "invalid_argument", _over_crop),
+}
+
+
+if __name__ == "__main__":
+    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":TransformersCache"] + sys.argv[1:]))
