@@ -287,21 +287,45 @@ class TransformersCache(kvcheck.Subject):
         if start > g:
             raise Inexpressible("write at %d past the global end %d: the cache appends at its length" % (start, g))
         if length == 0:
-            if start != g:
-                raise Inexpressible("zero-length write at %d inside the stream (global end %d)" % (start, g))
             return self._probe()
+        later = None
         if start + length < g:
-            raise Inexpressible(
-                "write %d+%d ends before the global end %d: the cache has no in-place write" % (start, length, g)
-            )
+            later = self._held(start + length, g)
         if start < g:
             self._crop(g - start)
+        view = self._append(start, k, v)
+        if later is not None:
+            # The rows after the rewritten ones go back as they were: the
+            # cache's own tensors, re-appended by the same calls.
+            view = self._append(start + length, *later)
+        return view
+
+    def _append(self, start, k, v):
+        """One forward's cache traffic: the mask, then `cache.update`."""
+        length = k.shape[2]
         rows, offset = self.real.mask_row(length)
         tags = self._tags(start, length)
         twin, (keys, values) = self._both(
             lambda layer: layer.cache.update(k, v, 0) if layer is self.real else layer.cache.update(tags, tags, 0)
         )
         return self._view(rows, offset, keys, values, None if twin is None else twin[0])
+
+    def _held(self, begin, end):
+        """The rows of positions [begin, end) the layer holds, as (K, V)
+        copies of its own tensors, for a rewrite that ends before the global
+        end; Inexpressible when the layer no longer holds them all."""
+        what = "write ending at %d before the global end %d" % (begin, end)
+        if self.twin is None:
+            raise Inexpressible("%s: the quantized cache cannot give back its rows unrounded" % what)
+        layer, twin = self.real.layer, self.twin.layer
+        tags = twin.keys[0, 0, :, 0].tolist() if twin.is_initialized and twin.keys.dim() == 4 else []
+        column = {int(t) - 1: j for j, t in enumerate(tags) if t > 0}
+        missing = [p for p in range(begin, end) if p not in column]
+        if missing:
+            raise Inexpressible("%s: the cache no longer holds positions %s to re-append" % (what, missing))
+        torch = self.runtime.torch
+        index = torch.tensor([column[p] for p in range(begin, end)], dtype=torch.long)
+        return layer.keys.index_select(2, index).clone(), layer.values.index_select(2, index).clone()
 
     def _view(self, rows, offset, keys, values, twin_keys):
         count = keys.shape[2]
@@ -324,6 +348,8 @@ class TransformersCache(kvcheck.Subject):
 
     def _probe(self):
         if self.kind in QUANTIZED:
+            if self.global_end == 0:
+                return []
             # The quantized layers hold their rows quantized: a zero-length
             # update (no residual flush: the residual only grows) returns
             # them dequantized, and a query at G - 1 reads them all.
