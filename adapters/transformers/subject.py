@@ -375,7 +375,8 @@ class TransformersCache(kvcheck.Subject):
         return torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)
 
     def rewind(self, to):
-        self._masked("rewind", {"to": to})
+        if self._masked("rewind", {"to": to}):
+            return
         # With to > G this is a positive crop, which every layer refuses:
         # passed on as is, so that the library answers.
         self._crop(self.global_end - to)
@@ -384,11 +385,29 @@ class TransformersCache(kvcheck.Subject):
         self._both(lambda layer: layer.cache.reset())
 
     def _masked(self, name, body):
+        """Applies the masks: a held-back request is refused with its kind,
+        or, for a mask without one, skipped (True: make no call)."""
         for mask in self.masks:
             _, kind, test = MASKS[mask]
             reason = test(self, name, body)
+            if reason and kind is None:
+                print("--mask %s: %s: call skipped" % (mask, reason), file=sys.stderr)
+                return True
             if reason:
                 raise Masked(kind, "--mask %s: %s" % (mask, reason))
+        return False
+
+
+def _chunk_over_window(subject, name, body):
+    window = subject.config.get("window")
+    if name == "write" and subject.real.sliding and body["len"] > window:
+        return "chunk of %d tokens wider than the sliding window %d" % (body["len"], window)
+
+
+def _crop_uninitialized(subject, name, body):
+    layer = subject.real.layer
+    if name == "rewind" and body["to"] == 0 and subject.real.sliding and not layer.is_initialized:
+        return "rewind 0 of a sliding layer that holds nothing yet"
 
 
 def _over_crop(subject, name, body):
@@ -398,6 +417,16 @@ def _over_crop(subject, name, body):
 
 # name -> (what it holds back, the contract kind it answers, test)
 MASKS = {
+    "chunk-over-window": (
+        "chunks wider than the sliding window (its first rows fall outside the last query's window)",
+        "window_too_small",
+        _chunk_over_window,
+    ),
+    "crop-uninitialized": (
+        "rewinds to 0 of a sliding layer before its first update (crop raises AttributeError there)",
+        None,
+        _crop_uninitialized,
+    ),
     "over-crop": ("rewinds to a negative position", "invalid_argument", _over_crop),
 }
 
