@@ -410,6 +410,13 @@ def _crop_uninitialized(subject, name, body):
         return "rewind 0 of a sliding layer that holds nothing yet"
 
 
+def _static_overflow(subject, name, body):
+    if name == "write" and subject.kind == "static" and not subject.real.sliding:
+        end = max(body["start"] + body["len"], subject.global_end)
+        if body["len"] > 0 and end > subject.config["capacity"]:
+            return "write %d+%d past max_cache_len %d" % (body["start"], body["len"], subject.config["capacity"])
+
+
 def _over_crop(subject, name, body):
     if name == "rewind" and body["to"] < 0:
         return "rewind to %d below 0 (crop of more tokens than the cache holds)" % body["to"]
@@ -426,6 +433,11 @@ MASKS = {
         "rewinds to 0 of a sliding layer before its first update (crop raises AttributeError there)",
         None,
         _crop_uninitialized,
+    ),
+    "static-overflow": (
+        "writes past max_cache_len on StaticLayer (the failed update has already advanced its length)",
+        "chunk_too_large",
+        _static_overflow,
     ),
     "over-crop": ("rewinds to a negative position", "invalid_argument", _over_crop),
 }
