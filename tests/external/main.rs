@@ -9,6 +9,13 @@
 //!   `adapters/sglang/setup.sh` has built its environment (the marker
 //!   `adapters/sglang/.sglang/<version>/READY`), and says how to enable it
 //!   otherwise. `SGLANG_VERSION` picks the release (default 0.5.23).
+//! - `transformers.rs`, `vllm_omni.rs`: the same for the transformers and
+//!   vllm-omni adapters (`adapters/transformers/`, `adapters/vllm-omni/`)
+//!   and their traces in `tests/external/transformers/` and
+//!   `tests/external/vllm-omni/`.
+
+mod transformers;
+mod vllm_omni;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,27 +73,36 @@ fn sglang_adapter_and_saved_findings() {
 /// the step and in the kind recorded there (and with the recorded exception
 /// message), as docs/sglang.md reports.
 fn saved_findings_still_diverge(python: &Path, version: &str) {
-    let dir = root().join("tests/external/sglang");
-    let text = std::fs::read_to_string(dir.join("findings.json")).expect("findings.json");
-    let findings: serde_json::Value = serde_json::from_str(&text).expect("findings.json is JSON");
-    let findings = findings.as_array().expect("findings.json is an array");
-    assert!(!findings.is_empty(), "no saved findings");
     let command = format!(
         "exec:{} {} --version {version}",
         python.display(),
         root().join("adapters/sglang/subject.py").display()
     );
+    saved_traces_still_diverge("sglang", &root().join("tests/external/sglang"), &command);
+}
+
+/// Every entry of `DIR/findings.json` (`file`, `step`, `kind`, optional
+/// `exact_kinds`, `message` and `args`, extra arguments of the subject
+/// command), replayed by kvcheck's own driver on the unmasked subject
+/// `command`, still diverges at the recorded step, in the recorded kind, and
+/// with the recorded text in what the subject answered.
+pub(crate) fn saved_traces_still_diverge(library: &str, dir: &Path, command: &str) {
+    let text = std::fs::read_to_string(dir.join("findings.json")).expect("findings.json");
+    let findings: serde_json::Value = serde_json::from_str(&text).expect("findings.json is JSON");
+    let findings = findings.as_array().expect("findings.json is an array");
+    assert!(!findings.is_empty(), "no saved findings");
     for entry in findings {
         let file = entry["file"].as_str().expect("file");
         let exact = entry["exact_kinds"].as_bool().unwrap_or(false);
-        let subject = kvcheck::subject::SubjectSpec::parse(&command)
+        let args = entry["args"].as_str().unwrap_or("");
+        let subject = kvcheck::subject::SubjectSpec::parse(&format!("{command} {args}"))
             .expect("exec subject")
             .with_exec_options(Some(std::time::Duration::from_secs(120)), exact);
         let trace = kvcheck::trace::Trace::load(&dir.join(file)).expect("a saved trace loads");
         let report = kvcheck::replay::replay(&trace, None, Some(subject), None);
         let divergence = report
             .divergence
-            .unwrap_or_else(|| panic!("{file}: sglang no longer diverges"));
+            .unwrap_or_else(|| panic!("{file}: {library} no longer diverges"));
         assert_eq!(
             (divergence.step as u64, divergence.kind.name()),
             (
@@ -104,5 +120,5 @@ fn saved_findings_still_diverge(python: &Path, version: &str) {
             );
         }
     }
-    eprintln!("{} saved sglang findings still diverge", findings.len());
+    eprintln!("{} saved {library} traces still diverge", findings.len());
 }
