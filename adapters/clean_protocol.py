@@ -93,9 +93,9 @@ def expect(config, ops):
         w = op["write"]
         heads = range(config["heads"])
         size = config["batch"] * w["len"] * config["heads"] * cache.row_bytes
-        ok = cache.write(index, w, bytes(size), bytes(size))
-        writers = [[cache.resident[p][h] for p in ok["visible"]] for h in heads]
-        out.append({"ok": {"global_end": ok["global_end"], "visible": ok["visible"], "writers": writers}})
+        visible, _, _ = cache.write(index, w, bytes(size), bytes(size))
+        writers = [[cache.resident[p][h] for p in visible] for h in heads]
+        out.append({"ok": {"global_end": cache.global_end, "visible": visible, "writers": writers}})
     return out
 
 

@@ -8,9 +8,10 @@ operation changes nothing" holds by construction. It stores the exact bytes
 each write sends and returns them in the view; cold chunks of the packed
 variant are quantized with the scalar quantizer of SPEC.md §6, bit for bit.
 
-It speaks kvcheck-subject/1 (docs/subject-protocol.md) on stdin/stdout with
-every capability, so every engine of kvcheck can be run through the
-protocol path with nothing but the Python standard library (3.9+).
+It is a `kvcheck.Subject` (python/kvcheck) with every capability, so every
+engine of kvcheck can be run through the protocol path with nothing but the
+Python standard library (3.9+); it also reports its capacity and resident
+bytes (SPEC.md §6, §7) for kvcheck to compare.
 
     python3 adapters/reference_subject.py                 # the contract
     python3 adapters/reference_subject.py --fault NAME    # a planted bug
@@ -21,14 +22,20 @@ the engines must catch and minimize each one.
 """
 
 import argparse
-import base64
 import copy
-import json
 import math
+import os
 import struct
 import sys
 
-PROTOCOL = "kvcheck-subject/1"
+try:
+    import kvcheck
+except ImportError:  # run from a checkout: the package lives in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import kvcheck
+from kvcheck.subject import Session as _Session
+from kvcheck.subject import exception, serve
+
 MAX_ELEMENTS = 1 << 31
 
 # --fault NAME -> what it breaks (printed by --list-faults).
@@ -51,13 +58,8 @@ DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
 QUANT_MAX_CODE = {"none": None, "int8": 127, "int4": 7}
 
 
-class ContractError(Exception):
-    """A refusal of SPEC.md §3: one error kind and a message with the numbers."""
-
-    def __init__(self, kind, message):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
+# A refusal of SPEC.md §3: one error kind and a message with the numbers.
+ContractError = kvcheck.Refused
 
 
 class PayloadError(Exception):
@@ -300,25 +302,6 @@ class Cache:
 
     # -- operations ------------------------------------------------------------
 
-    def apply(self, index, op, k, v):
-        """Applies `op` (kvtrace/1 object); returns the `ok` body or raises."""
-        if op == "reset":
-            return self.reset()
-        if not isinstance(op, dict) or len(op) != 1:
-            raise ContractError("invalid_argument", "invalid_argument: unknown op %r" % (op,))
-        (name, body), = op.items()
-        if name == "write":
-            return self.write(index, body, k, v)
-        if name == "rewind":
-            return self.rewind(body.get("to"))
-        if name == "evict":
-            return self.evict(body.get("tokens"))
-        if name == "pin":
-            return self.pin_op(body.get("tokens"))
-        if name == "reset":
-            return self.reset()
-        raise ContractError("invalid_argument", "invalid_argument: unknown op %r" % (name,))
-
     def check_write_arguments(self, body):
         """Checks 1-3 of SPEC.md §3 write: (s, n, r, head range)."""
         s = non_negative("start", body.get("start"))
@@ -381,7 +364,7 @@ class Cache:
                 gap_from = g
             elif self.fault == "zero-len-advances" and n == 0:
                 self.global_end = s
-                return {"global_end": s, **self.view_payload(self.view(), range(self.config["heads"]))}
+                return self.view_payload(self.view(), range(self.config["heads"]))
             else:
                 raise ContractError(
                     "non_sequential",
@@ -465,9 +448,7 @@ class Cache:
         self.__dict__.update(nxt.__dict__)
         if body.get("recent_window") is not None and body["recent_window"] < 0:
             raise ValueError("recent_window_tokens must be >= 0 or None")
-        out = {"global_end": self.global_end}
-        out.update(self.view_payload(view, head_range))
-        return out
+        return self.view_payload(view, head_range)
 
     def split_payload(self, which, data, n, head_range):
         """Payload bytes [B, n, hc, D] -> {(b, i, h): row bytes}."""
@@ -518,7 +499,7 @@ class Cache:
                     )
 
     def view_payload(self, positions, head_range):
-        """The view's bytes [B, len(view), heads reported, D], base64."""
+        """(positions, K bytes, V bytes): the view [B, len(view), heads reported, D]."""
         zeros = bytes(self.row_bytes)
         k_parts, v_parts = [], []
         for b in range(self.config["batch"]):
@@ -527,16 +508,25 @@ class Cache:
                     k, v = self.rows.get((p, b, h), (zeros, zeros))
                     k_parts.append(k)
                     v_parts.append(v)
-        return {
-            "visible": list(positions),
-            "k": base64.b64encode(b"".join(k_parts)).decode("ascii"),
-            "v": base64.b64encode(b"".join(v_parts)).decode("ascii"),
-        }
+        return list(positions), b"".join(k_parts), b"".join(v_parts)
 
     def read_view(self):
-        out = {"global_end": self.global_end}
-        out.update(self.view_payload(self.view(), range(self.config["heads"])))
-        return out
+        return self.view_payload(self.view(), range(self.config["heads"]))
+
+    def resident_bytes(self):
+        """SPEC.md §7 (dense: the allocated buffers) and §6 (packed: per row)."""
+        c = self.config
+        hot = self.row_bytes
+        rows = c["batch"] * c["heads"]
+        if not self.packed():
+            return 2 * rows * self.capacity * hot
+        quant, d = c["packed"]["quant"], c["head_dim"]
+        cold = {"none": hot, "int8": d + 4, "int4": (d + 1) // 2 + 4}[quant]
+        return 2 * rows * sum(cold if self.is_cold(p) else hot for p in self.resident)
+
+    def is_cold(self, p):
+        chunk = next((c for c in reversed(self.chunks) if c["start"] <= p), None)
+        return chunk is not None and chunk["cold"] and p < chunk["start"] + chunk["len"]
 
     def rewind(self, to):
         to = non_negative("to", to)
@@ -618,85 +608,72 @@ class Cache:
 
 
 # ---------------------------------------------------------------------------
-# kvcheck-subject/1 over stdin/stdout.
+# The subject: the cache behind kvcheck.Subject (the helper speaks the protocol).
 
 
-def capabilities():
-    return {
-        "variants": ["dense", "packed"],
-        "dtypes": ["f32", "f16", "bf16"],
-        "ops": ["write", "rewind", "evict", "pin", "reset"],
-        "features": ["growth", "head_ranges", "recent_window", "window", "global_sink", "quant"],
-        "values": True,
-        "view": True,
-    }
+class Reference(kvcheck.Subject):
+    """Every variant, dtype, op and feature; K/V as the bytes sent."""
 
-
-def decode_payload(request, key):
-    text = request.get(key)
-    if text is None:
-        return None
-    return base64.b64decode(text, validate=True)
-
-
-class Session:
-    """One subject process: the cache it has open and how it answers requests."""
+    features = kvcheck.FEATURES
+    arrays = "bytes"
+    reports = ("capacity", "resident_bytes")
 
     def __init__(self, fault=None):
         self.fault = fault
+        self.name = "reference" if fault is None else "reference --fault " + fault
         self.cache = None
+        self.writes = 0  # writer ids: the protocol never shows them
 
-    def handle(self, request):
-        """One request -> its response object (None for close)."""
-        if not isinstance(request, dict):
-            return exception("ProtocolError", "request is not a JSON object")
-        if "hello" in request:
-            name = "reference" if self.fault is None else "reference --fault " + self.fault
-            return {"hello": {"protocol": PROTOCOL, "name": name, "capabilities": capabilities()}}
-        if "open" in request:
-            try:
-                config = parse_config((request["open"] or {}).get("config"))
-            except ContractError as error:
-                self.cache = None
-                return {"err": {"kind": error.kind, "message": error.message}}
-            self.cache = Cache(config, self.fault)
-            return {"ok": {}}
-        if "close" in request:
-            return None
-        if self.cache is None:
-            return exception("ProtocolError", "no cache is open: send open first")
-        if "view" in request:
-            return {"ok": self.cache.read_view()}
-        if "op" in request:
-            try:
-                k, v = decode_payload(request, "k"), decode_payload(request, "v")
-                return {"ok": self.cache.apply(request.get("index", 0), request["op"], k, v)}
-            except ContractError as error:
-                return {"err": {"kind": error.kind, "message": error.message}}
-            except (PayloadError, ValueError, TypeError, KeyError) as error:
-                return exception(type(error).__name__, str(error))
-        return exception("ProtocolError", "unknown request %s" % sorted(request))
+    def open(self, config):
+        self.cache = None
+        self.cache = Cache(parse_config(config), self.fault)
+
+    def write(self, start, length, heads, recent_window, k, v):
+        body = {"start": start, "len": length, "heads": heads, "recent_window": recent_window}
+        self.writes += 1
+        return self.cache.write(self.writes, body, k, v)
+
+    def rewind(self, to):
+        self.cache.rewind(to)
+
+    def evict(self, tokens):
+        self.cache.evict(tokens)
+
+    def pin(self, tokens):
+        self.cache.pin_op(tokens)
+
+    def reset(self):
+        self.cache.reset()
+
+    def view(self):
+        return self.cache.read_view()
+
+    @property
+    def global_end(self):
+        return self.cache.global_end
+
+    @property
+    def capacity(self):
+        return self.cache.capacity
+
+    @property
+    def resident_bytes(self):
+        return self.cache.resident_bytes()
 
 
-def exception(kind, message):
-    return {"exception": {"type": kind, "message": message}}
+def capabilities():
+    return Reference().capabilities()
 
 
-def serve(session, stdin, stdout):
-    for line in stdin:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            request = json.loads(line)
-        except ValueError as error:
-            response = exception("ProtocolError", "request is not JSON: %s" % error)
-        else:
-            response = session.handle(request)
-            if response is None:
-                return
-        stdout.write(json.dumps(response, separators=(",", ":")) + "\n")
-        stdout.flush()
+class Session(_Session):
+    """One subject process (kept for the scripts that wrap it)."""
+
+    def __init__(self, fault=None):
+        super().__init__(Reference(fault))
+
+    @property
+    def cache(self):
+        return self.subject.cache
 
 
 def main(argv=None):
@@ -708,7 +685,7 @@ def main(argv=None):
         for name in sorted(FAULTS):
             print("%-24s %s" % (name, FAULTS[name]))
         return 0
-    serve(Session(args.fault), sys.stdin, sys.stdout)
+    serve(Reference(args.fault), sys.stdin, sys.stdout)
     return 0
 
 

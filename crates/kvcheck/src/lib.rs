@@ -49,6 +49,7 @@ pub mod strategy;
 pub mod subject;
 pub mod suite;
 pub mod trace;
+pub mod triage;
 mod viewcheck;
 
 pub use kvmodel::{

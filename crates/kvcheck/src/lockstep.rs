@@ -265,19 +265,21 @@ impl Lockstep {
         expected: &Outcome,
     ) -> Result<(), Box<Divergence>> {
         let config = self.model.config().clone();
-        let heads = valid_heads(w, config.heads).unwrap_or(0..config.heads);
+        let heads = payload_heads(w, config.heads);
         let len = usize::try_from(w.len).unwrap_or(0);
         let elements = config
             .batch
             .saturating_mul(len)
             .saturating_mul(heads.len())
             .saturating_mul(config.head_dim);
-        let feasible =
-            w.start >= 0 && (expected.error_kind().is_none() || elements <= REFUSED_PAYLOAD_LIMIT);
-        let (start, len) = if feasible {
-            (w.start as u64, len)
+        // A negative start only changes which rows the payload's values
+        // name; the payload keeps the request's shape.
+        let feasible = expected.error_kind().is_none()
+            || (elements <= REFUSED_PAYLOAD_LIMIT && heads.len() <= REFUSED_PAYLOAD_LIMIT);
+        let (start, len, heads) = if feasible {
+            (w.start.max(0) as u64, len, heads)
         } else {
-            (0, 0)
+            (0, 0, 0..config.heads)
         };
         let built = match self.value_check {
             ValueCheck::InPlace => write_tensors(
@@ -453,6 +455,8 @@ impl Lockstep {
             (SubjectFailure::Refused { .. } | SubjectFailure::Exception { .. }, Outcome::Ok(_)) => {
                 DivergenceKind::Outcome
             }
+            // The adapter's own failure is never the cache's refusal.
+            (SubjectFailure::Adapter { .. }, _) => DivergenceKind::Protocol,
             (SubjectFailure::Crash { .. }, _) => DivergenceKind::Crash,
             (SubjectFailure::Timeout { .. }, _) => DivergenceKind::Timeout,
             (SubjectFailure::Protocol { .. }, _) => DivergenceKind::Protocol,
@@ -461,8 +465,16 @@ impl Lockstep {
     }
 
     /// Global end, capacity and resident bytes after every op (the last two
-    /// only for subjects that report their internals).
+    /// only for subjects that report their internals, or, external ones,
+    /// declare them in `reports`).
     fn check_state(&self, index: usize) -> Result<(), Box<Divergence>> {
+        let internals = self.capabilities.internals;
+        let reports = self.link.as_ref().map(|l| l.reports()).unwrap_or_default();
+        let compared = [
+            true,
+            internals || reports.capacity,
+            internals || reports.resident_bytes,
+        ];
         let (m, c) = (&self.model, self.cache.as_ref());
         let checks = [
             (
@@ -484,9 +496,8 @@ impl Lockstep {
                 c.resident_bytes(),
             ),
         ];
-        let compared = if self.capabilities.internals { 3 } else { 1 };
-        for (kind, what, expected, actual) in checks.into_iter().take(compared) {
-            if expected != actual {
+        for ((kind, what, expected, actual), compared) in checks.into_iter().zip(compared) {
+            if compared && expected != actual {
                 return Err(self.divergence(
                     index,
                     kind,
@@ -607,6 +618,27 @@ impl Lockstep {
 /// The head range of a write, when its arguments are valid.
 pub fn valid_heads(w: &Write, heads: usize) -> Option<Range<usize>> {
     w.check_arguments(heads).ok().map(|checked| checked.heads)
+}
+
+/// The heads a write's payload carries: its valid range; else, for a range
+/// `[h0, hc]` the contract refuses, `hc` heads whenever `hc >= 0` (what a
+/// caller of a real library passes, so a foreign cache sees the request a
+/// caller would make), named from `h0` (or 0 when `h0 < 0`); else all heads.
+pub fn payload_heads(w: &Write, heads: usize) -> Range<usize> {
+    if let Some(range) = valid_heads(w, heads) {
+        return range;
+    }
+    match w.heads {
+        Some([first, count]) if count >= 0 => {
+            let count = usize::try_from(count).unwrap_or(usize::MAX);
+            let first = usize::try_from(first).unwrap_or(0);
+            match first.checked_add(count) {
+                Some(end) => first..end,
+                None => 0..count,
+            }
+        }
+        _ => 0..heads,
+    }
 }
 
 type ViewFailure = (DivergenceKind, String, Vec<RowMismatch>);

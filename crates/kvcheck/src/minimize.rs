@@ -207,6 +207,18 @@ pub fn minimize(
     subject: SubjectSpec,
     max_tests: usize,
 ) -> Result<Minimized, MinimizeError> {
+    minimize_keeping(trace, subject, max_tests, |_| true)
+}
+
+/// [`minimize`], where a candidate must also satisfy `keep` to count as the
+/// same failure: triage keeps a finer signature than [`Signature`], so that
+/// the minimized trace of one finding cannot drift to another.
+pub fn minimize_keeping(
+    trace: &Trace,
+    subject: SubjectSpec,
+    max_tests: usize,
+    keep: impl Fn(&Divergence) -> bool + 'static,
+) -> Result<Minimized, MinimizeError> {
     let device = Device::Cpu;
     let lockstep = Lockstep::open(&trace.config, &subject, &device)
         .map_err(|e| MinimizeError::Setup(e.to_string()))?;
@@ -225,6 +237,7 @@ pub fn minimize(
     let mut state = Reducer {
         subject,
         signature: Signature::of(&divergence),
+        keep: Box::new(keep),
         config: trace.config.clone(),
         ops: trace.ops[..=divergence.step].to_vec(),
         divergence,
@@ -291,6 +304,8 @@ pub fn minimize(
 struct Reducer {
     subject: SubjectSpec,
     signature: Signature,
+    /// A further test of "the same failure" ([`minimize_keeping`]).
+    keep: Box<dyn Fn(&Divergence) -> bool>,
     config: Config,
     ops: Vec<Op>,
     divergence: Box<Divergence>,
@@ -317,7 +332,7 @@ impl Reducer {
         let Some(d) = run_subject(config, ops, &self.subject) else {
             return false;
         };
-        if Signature::of(&d) != self.signature {
+        if Signature::of(&d) != self.signature || !(self.keep)(&d) {
             return false;
         }
         let ops = ops[..=d.step].to_vec();

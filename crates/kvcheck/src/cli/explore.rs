@@ -17,6 +17,7 @@ use kvcheck::scale::report::{
 };
 use kvcheck::scale::{default_jobs, parse_jobs, Shard};
 use kvcheck::trace::Trace;
+use kvcheck::triage::{findings_table, Triage};
 use kvcheck::{Config, Variant};
 use rayon::prelude::*;
 
@@ -80,6 +81,8 @@ pub struct Args {
     /// Also write the report as JSON to this file (for `kvcheck merge`).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    #[command(flatten)]
+    triage: super::triage::TriageArgs,
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -170,6 +173,7 @@ pub fn run(args: Args) -> ExitCode {
             .time_limit(remaining)
             .progress(bar.clone())
             .jobs(jobs)
+            .keep_going(args.triage.keep_going)
     };
     // One config: its frontier on every worker. A grid: the configs on
     // every worker (each config's frontier joins the same pool), results
@@ -222,11 +226,20 @@ pub fn run(args: Args) -> ExitCode {
         },
         elapsed_s: elapsed.as_secs_f64(),
         discovery: None,
+        findings: Vec::new(),
     };
     let mut found = None;
+    let mut triage = Triage::new();
     for (index, result) in results {
         match result {
-            Ok(report) => {
+            Ok(mut report) => {
+                // Grid order first, then breadth-first order in a config.
+                let mut findings = std::mem::take(&mut report.triage);
+                findings.offset((index as u64) << 40);
+                if args.grid {
+                    findings.prefix_first(&format!("config {index} "));
+                }
+                triage.absorb(findings);
                 summary.configs.push(ConfigReport {
                     index,
                     config: describe_config(&report.config),
@@ -256,13 +269,22 @@ pub fn run(args: Args) -> ExitCode {
         });
         return write_json(&summary, &args.json).unwrap_or(code);
     }
+    let dir = failures_dir(args.out.clone());
+    summary.findings = super::triage::settle(&args.triage, &triage, &subject, &dir);
     if let Some(code) = write_json(&summary, &args.json) {
         return code;
     }
     if args.grid {
         print_grid(&summary, args.no_sometimes)
     } else {
-        summarize_one(&reports[0], args.no_sometimes)
+        if summary.findings.is_empty() {
+            return summarize_one(&reports[0], args.no_sometimes);
+        }
+        // Triage mode: the search went on past every divergence.
+        let report = &reports[0];
+        print!("{report}{}", findings_table(&summary.findings));
+        let _ = sometimes(&report.coverage, &report.missing_events(), true);
+        ExitCode::from(EXIT_MISMATCH)
     }
 }
 
@@ -348,6 +370,12 @@ pub fn print_grid(summary: &ExploreSummary, no_sometimes: bool) -> ExitCode {
         if let Some(trace) = &d.trace {
             println!("  trace: {trace}");
         }
+        return ExitCode::from(EXIT_MISMATCH);
+    }
+    if !summary.findings.is_empty() {
+        // Triage mode: the search went on past every divergence.
+        print!("{}", findings_table(&summary.findings));
+        let _ = sometimes(&summary.coverage(), &summary.missing(), true);
         return ExitCode::from(EXIT_MISMATCH);
     }
     println!("no discovery");

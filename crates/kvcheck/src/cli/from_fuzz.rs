@@ -1,11 +1,16 @@
-//! `kvcheck from-fuzz`: turn a fuzz crash or corpus file into a kvtrace file.
+//! `kvcheck from-fuzz`: turn a fuzz crash or corpus file into a kvtrace
+//! file, or, with `--keep-going`, triage a fuzzer's crashes: every input
+//! replayed against the subject, the divergences grouped by signature and
+//! one of each minimized.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use kvcheck::fuzzcase::Target;
+use kvcheck::minimize::run_subject;
+use kvcheck::triage::{findings_table, Triage};
 
-use super::EXIT_INPUT;
+use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -13,11 +18,22 @@ pub struct Args {
     /// packed_lockstep, model_invariants or trace_load.
     #[arg(value_parser = parse_target)]
     target: Target,
-    /// The crash, corpus or artifact file (raw fuzzer bytes).
-    file: PathBuf,
+    /// The crash, corpus or artifact file (raw fuzzer bytes); with
+    /// --keep-going, any number of files and directories (every file in
+    /// them, e.g. `fuzz/artifacts/dense_lockstep`).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
     /// Write the trace here instead of standard output.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "keep_going")]
     output: Option<PathBuf>,
+    /// With --keep-going: directory for the traces of the findings
+    /// [default: target/kvcheck-failures].
+    #[arg(long, requires = "keep_going")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    subject: super::SubjectArgs,
+    #[command(flatten)]
+    triage: super::triage::TriageArgs,
 }
 
 fn parse_target(name: &str) -> Result<Target, String> {
@@ -30,25 +46,22 @@ fn parse_target(name: &str) -> Result<Target, String> {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match std::fs::read(&args.file) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
+    if args.triage.keep_going {
+        return triage(&args);
+    }
+    let [file] = args.files.as_slice() else {
+        eprintln!("error: one input file at a time; --keep-going triages many");
+        return ExitCode::from(EXIT_INPUT);
     };
-    let mut trace = match args.target.to_trace(&bytes) {
+    let mut trace = match read_trace(args.target, file) {
         Ok(trace) => trace,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
     if trace.note.is_none() {
         trace.note = Some(format!(
             "from fuzz target {} input {}",
             args.target.name(),
-            args.file.display()
+            file.display()
         ));
     }
     match &args.output {
@@ -66,5 +79,90 @@ pub fn run(args: Args) -> ExitCode {
                 ExitCode::from(EXIT_INPUT)
             }
         },
+    }
+}
+
+fn read_trace(target: Target, file: &Path) -> Result<kvcheck::trace::Trace, ExitCode> {
+    let bytes = std::fs::read(file).map_err(|e| {
+        eprintln!("error: {}: {e}", file.display());
+        ExitCode::from(EXIT_INPUT)
+    })?;
+    target.to_trace(&bytes).map_err(|e| {
+        eprintln!("error: {}: {e}", file.display());
+        ExitCode::from(EXIT_INPUT)
+    })
+}
+
+/// The inputs named on the command line, directories expanded to the
+/// files in them, sorted so that the first input of a signature is the
+/// same on every machine.
+fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ExitCode> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path).map_err(|e| {
+                eprintln!("error: {}: {e}", path.display());
+                ExitCode::from(EXIT_INPUT)
+            })?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file())
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// `--keep-going`: every input replayed against the subject, the
+/// divergences triaged.
+fn triage(args: &Args) -> ExitCode {
+    let files = match inputs(&args.files) {
+        Ok(files) => files,
+        Err(code) => return code,
+    };
+    let subject = args.subject.spec();
+    super::announce(&subject);
+    let (mut triage, mut skipped, mut passed) = (Triage::new(), 0, 0);
+    for (i, file) in files.iter().enumerate() {
+        let trace = match read_trace(args.target, file) {
+            Ok(trace) => trace,
+            Err(_) => {
+                skipped += 1;
+                continue;
+            }
+        };
+        match run_subject(&trace.config, &trace.ops, &subject) {
+            None => passed += 1,
+            Some(divergence) => {
+                let first = || {
+                    file.file_name()
+                        .map_or(String::new(), |n| n.to_string_lossy().into())
+                };
+                if let Some(signature) = triage.record(i as u64, first, divergence) {
+                    eprintln!(
+                        "new finding #{}: {signature} ({})",
+                        triage.len(),
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "{} inputs: {} diverge, {passed} agree or cannot run on the subject, {skipped} unreadable",
+        files.len(),
+        triage.total()
+    );
+    let dir = failures_dir(args.out.clone());
+    let findings = super::triage::settle(&args.triage, &triage, &subject, &dir);
+    print!("{}", findings_table(&findings));
+    if findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_MISMATCH)
     }
 }

@@ -13,6 +13,7 @@ mod power_table;
 mod replay;
 mod run;
 mod save;
+mod triage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +47,7 @@ pub struct Cli {
 enum Command {
     /// Run a checking campaign over the built-in profiles and caches.
     #[command(
-        after_help = "Examples:\n  kvcheck run\n  kvcheck run --time 600 --seed 42\n  kvcheck run --profile tiny --profile pins --time 10\n  kvcheck run --variant packed --cases 1000\n  kvcheck run --jobs 8 --shard 3/4 --json shard-3.json\n  kvcheck run --list\n\nExit status: 0 no divergence, 1 a divergence (its trace is saved under --out), 2 bad arguments."
+        after_help = "Examples:\n  kvcheck run\n  kvcheck run --time 600 --seed 42\n  kvcheck run --profile tiny --profile pins --time 10\n  kvcheck run --variant packed --cases 1000\n  kvcheck run --jobs 8 --shard 3/4 --json shard-3.json\n  kvcheck run --keep-going --subject fault:head-start-ignored --cases 200\n  kvcheck run --list\n\nWith --keep-going the campaign records every divergence until its cases or time run out, groups them by signature\n(kind, op, the shape of the first difference, an exec subject's exception type), minimizes one of each and prints\na table of distinct findings with counts, first case and minimized length; new findings are announced as met.\nExit status: 0 no divergence, 1 a divergence (its trace is saved under --out), 2 bad arguments."
     )]
     Run(run::Args),
     /// Combine the --json reports of a campaign's shards into one table.
@@ -66,7 +67,7 @@ enum Command {
     Expect(expect::Args),
     /// Explore every op sequence up to a depth, breadth first, in lockstep.
     #[command(
-        after_help = "Examples:\n  kvcheck explore --depth 4 --capacity 4 --sink 1\n  kvcheck explore --depth 3 --config case.kvtrace.json --subject reference\n  kvcheck explore --grid --depth 3 --small-alphabet --max-capacity 3\n  kvcheck explore --grid --depth 3 --jobs 8 --shard 1/4 --json grid-1.json\n  kvcheck explore --depth 2 --subject fault:stale-rewrite\n\nExit status: 0 no discovery and every sometimes-event reached, 1 a divergence or a missing event, 2 bad input."
+        after_help = "Examples:\n  kvcheck explore --depth 4 --capacity 4 --sink 1\n  kvcheck explore --depth 3 --config case.kvtrace.json --subject reference\n  kvcheck explore --grid --depth 3 --small-alphabet --max-capacity 3\n  kvcheck explore --grid --depth 3 --jobs 8 --shard 1/4 --json grid-1.json\n  kvcheck explore --depth 2 --subject fault:stale-rewrite\n  kvcheck explore --depth 3 --heads 2 --keep-going --subject fault:head-start-ignored\n\nWith --keep-going every divergent transition is recorded, the states past it are not expanded, and the search\ngoes to its depth; the findings table lists one minimized representative per signature (the first met breadth first).\nExit status: 0 no discovery and every sometimes-event reached, 1 a divergence or a missing event, 2 bad input."
     )]
     Explore(explore::Args),
     /// Shrink a failing trace while keeping the same failure (kvtrace/1 JSON out).
@@ -87,7 +88,7 @@ enum Command {
     /// Turn a fuzz crash or corpus file into a kvtrace file.
     #[cfg(feature = "arbitrary")]
     #[command(
-        after_help = "Targets: dense_lockstep, packed_lockstep, model_invariants, trace_load.\n\nExamples:\n  kvcheck from-fuzz dense_lockstep fuzz/artifacts/dense_lockstep/crash-1a2b -o crash.kvtrace.json\n  kvcheck replay crash.kvtrace.json\n\nExit status: 0 written, 2 the file could not be read or decoded."
+        after_help = "Targets: dense_lockstep, packed_lockstep, model_invariants, trace_load.\n\nExamples:\n  kvcheck from-fuzz dense_lockstep fuzz/artifacts/dense_lockstep/crash-1a2b -o crash.kvtrace.json\n  kvcheck replay crash.kvtrace.json\n  kvcheck from-fuzz dense_lockstep fuzz/artifacts/dense_lockstep --keep-going\n\nWith --keep-going every input (directories expanded) is replayed against --subject and the divergences\nare triaged: grouped by signature, one of each minimized under --out, a table of distinct findings.\nExit status: 0 written (no divergence with --keep-going), 1 a divergence with --keep-going, 2 the file could not be read or decoded."
     )]
     FromFuzz(from_fuzz::Args),
     /// Measure the engines on the zoo of realistic bugs: a table fault × engine and a kill rate.

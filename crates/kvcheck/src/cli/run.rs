@@ -11,6 +11,7 @@ use kvcheck::scale::report::{ProfileReport, Report, RunReport, REPORT_FORMAT};
 use kvcheck::scale::{default_jobs, parse_jobs, Campaign, Found, Shard};
 use kvcheck::strategy::{profile_support, required_events, PROFILES};
 use kvcheck::subject::SubjectSpec;
+use kvcheck::triage::findings_table;
 use kvcheck::Variant;
 
 use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
@@ -54,6 +55,8 @@ pub struct Args {
     json: Option<PathBuf>,
     #[command(flatten)]
     subject: super::SubjectArgs,
+    #[command(flatten)]
+    triage: super::triage::TriageArgs,
 }
 
 fn parse_variant(text: &str) -> Result<Variant, String> {
@@ -160,7 +163,11 @@ pub fn run(args: Args) -> ExitCode {
         shard: args.shard,
         subject: subject.clone(),
     };
-    let outcome = match campaign.run(Some(&bar)) {
+    let outcome = match if args.triage.keep_going {
+        campaign.run_triage(Some(&bar))
+    } else {
+        campaign.run(Some(&bar))
+    } {
         Ok(outcome) => outcome,
         Err(e) => {
             bar.finish_and_clear();
@@ -175,6 +182,8 @@ pub fn run(args: Args) -> ExitCode {
         diverged_profile = Some(found.profile);
         divergences = report_divergence(found, &subject, &failures);
     }
+    let findings = super::triage::settle(&args.triage, &outcome.triage, &subject, &failures);
+    divergences.extend(findings.iter().filter_map(|f| f.minimized_trace.clone()));
     let report = RunReport {
         format: REPORT_FORMAT.to_string(),
         seed,
@@ -199,7 +208,11 @@ pub fn run(args: Args) -> ExitCode {
                     cases: t.cases,
                     ops: t.ops,
                     busy_s: t.busy.as_secs_f64(),
-                    divergences: u64::from(diverged_profile == Some(profile)),
+                    divergences: if args.triage.keep_going {
+                        t.divergent
+                    } else {
+                        u64::from(diverged_profile == Some(profile))
+                    },
                     required: required_events(p, &capabilities)
                         .iter()
                         .map(|e| e.to_string())
@@ -210,6 +223,7 @@ pub fn run(args: Args) -> ExitCode {
             .collect(),
         elapsed_s: outcome.elapsed.as_secs_f64(),
         divergences,
+        findings,
     };
     if let Some(path) = &args.json {
         if let Err(e) = Report::Run(report.clone()).save(path) {
@@ -299,6 +313,9 @@ pub fn print_tables(report: &RunReport) -> ExitCode {
     if found == 0 {
         println!("no divergences");
         ExitCode::SUCCESS
+    } else if !report.findings.is_empty() {
+        print!("\n{}", findings_table(&report.findings));
+        ExitCode::from(EXIT_MISMATCH)
     } else {
         println!("{found} divergences; traces:");
         for path in &report.divergences {

@@ -21,6 +21,14 @@
 //! for any number of threads. A level is finished before a divergence is
 //! reported (nodes after the earliest divergent one known are skipped), so
 //! it is a shortest counterexample.
+//!
+//! In triage mode ([`Explorer::keep_going`]) a divergent transition is
+//! recorded and the search goes on: the divergent state is not expanded
+//! (what follows a divergence means nothing), every other one is, to the
+//! full depth. Findings are keyed by their transition's index in the
+//! order one thread would check them, so the representative of each
+//! signature is the first breadth-first order meets, for any number of
+//! threads.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +43,7 @@ use super::{ExploreReport, Explorer};
 use crate::coverage::Coverage;
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::lockstep::Lockstep;
+use crate::triage::Triage;
 
 /// No parent: a node at depth 0.
 const ROOT: u32 = u32::MAX;
@@ -55,6 +64,9 @@ struct Expansion {
     replayed_steps: u64,
     coverage: Coverage,
     divergence: Option<Box<Divergence>>,
+    /// Triage mode: the divergent transitions, keyed by their index among
+    /// this node's transitions.
+    triage: Triage,
 }
 
 /// A node's expansion, or why it did not run.
@@ -73,6 +85,9 @@ pub(super) struct Bfs<'e> {
     seen: HashSet<u64>,
     coverage: Coverage,
     report: ExploreReport,
+    /// Transitions merged so far, in frontier order: the key base of the
+    /// next expansion's findings.
+    merged_transitions: u64,
 }
 
 impl<'e> Bfs<'e> {
@@ -83,6 +98,7 @@ impl<'e> Bfs<'e> {
             seen: HashSet::new(),
             coverage: Coverage::default(),
             report: ExploreReport::empty(explorer),
+            merged_transitions: 0,
         }
     }
 
@@ -137,7 +153,7 @@ impl<'e> Bfs<'e> {
                     if e.time_limit.is_some_and(|limit| started.elapsed() >= limit) {
                         return Expanded::TimedOut;
                     }
-                    let expansion = this.expand(node);
+                    let expansion = this.expand(node, depth);
                     if expansion.divergence.is_some() {
                         first_divergence.fetch_min(i, Ordering::Relaxed);
                     }
@@ -165,6 +181,8 @@ impl<'e> Bfs<'e> {
                 if let Some(divergence) = expansion.divergence {
                     return Err(divergence);
                 }
+                self.absorb(expansion.triage, depth);
+                self.merged_transitions += expansion.transitions;
                 for (there, op) in expansion.children {
                     if self.seen.insert(there) {
                         self.nodes.push(Node { parent: node, op });
@@ -200,6 +218,37 @@ impl<'e> Bfs<'e> {
         Ok(self.finish())
     }
 
+    /// Triage mode: adds one expansion's findings, keyed after every
+    /// transition merged before it; a new signature is announced above the
+    /// progress bar.
+    fn absorb(&mut self, mut triage: Triage, depth: usize) {
+        if triage.is_empty() {
+            return;
+        }
+        triage.offset(self.merged_transitions);
+        let mut n = self.report.triage.len();
+        for finding in triage.findings() {
+            let known = self
+                .report
+                .triage
+                .findings()
+                .iter()
+                .any(|f| f.signature == finding.signature);
+            if let (false, Some(bar)) = (known, &self.explorer.progress) {
+                n += 1;
+                bar.suspend(|| {
+                    eprintln!(
+                        "new finding #{n}: {} (depth {}, {} ops)",
+                        finding.signature,
+                        depth + 1,
+                        finding.divergence.trace.ops.len()
+                    )
+                });
+            }
+        }
+        self.report.triage.absorb(triage);
+    }
+
     fn finish(mut self) -> ExploreReport {
         self.report.coverage = self.coverage;
         self.report
@@ -207,7 +256,7 @@ impl<'e> Bfs<'e> {
 
     /// Tries every op of the alphabet from `node`; reads the nodes and the
     /// fingerprints of earlier depths only, so nodes expand in parallel.
-    fn expand(&self, node: u32) -> Expansion {
+    fn expand(&self, node: u32, depth: usize) -> Expansion {
         let mut x = Expansion::default();
         let path = if node == ROOT {
             Vec::new()
@@ -233,14 +282,22 @@ impl<'e> Bfs<'e> {
             let outcome = match run.step(&op) {
                 Ok(outcome) => outcome,
                 Err(divergence) => {
-                    x.divergence = Some(self.shortest(
-                        &path,
-                        op,
-                        divergence,
-                        clean_len,
-                        &mut x.replayed_steps,
-                    ));
-                    return x;
+                    let shortest =
+                        self.shortest(&path, op, divergence, clean_len, &mut x.replayed_steps);
+                    if !self.explorer.keep_going {
+                        x.divergence = Some(shortest);
+                        return x;
+                    }
+                    let first = || format!("depth {}", depth + 1);
+                    x.triage.record(x.transitions - 1, first, shortest);
+                    run = match self.rebuild(&path, &mut x.replayed_steps) {
+                        Ok(run) => run,
+                        Err(d) => {
+                            x.divergence = Some(d);
+                            return x;
+                        }
+                    };
+                    continue;
                 }
             };
             x.coverage.observe(&before, run.model(), &op, &outcome);

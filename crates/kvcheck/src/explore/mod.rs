@@ -76,6 +76,7 @@ pub struct Explorer {
     time_limit: Option<Duration>,
     progress: Option<ProgressBar>,
     jobs: usize,
+    keep_going: bool,
 }
 
 impl Explorer {
@@ -91,6 +92,7 @@ impl Explorer {
             time_limit: None,
             progress: None,
             jobs: 1,
+            keep_going: false,
         }
     }
 
@@ -133,6 +135,14 @@ impl Explorer {
     /// report and the counterexample are the same for any value.
     pub fn jobs(mut self, jobs: usize) -> Explorer {
         self.jobs = jobs;
+        self
+    }
+
+    /// Triage mode: a divergence does not end the search; every one is
+    /// recorded in the report's [`ExploreReport::triage`], and the states
+    /// past a divergence are not expanded. Default: off.
+    pub fn keep_going(mut self, keep_going: bool) -> Explorer {
+        self.keep_going = keep_going;
         self
     }
 
@@ -214,6 +224,9 @@ pub struct ExploreReport {
     pub elapsed: Duration,
     /// Labelled events of the transitions (replays excluded).
     pub coverage: Coverage,
+    /// Triage mode: every divergent transition, grouped by signature, the
+    /// representative of each the first in breadth-first order.
+    pub triage: crate::triage::Triage,
 }
 
 impl ExploreReport {
@@ -232,6 +245,7 @@ impl ExploreReport {
             timed_out: false,
             elapsed: Duration::ZERO,
             coverage: Coverage::default(),
+            triage: crate::triage::Triage::new(),
         }
     }
 

@@ -12,6 +12,8 @@
 //! The first divergence stops every worker: a worker that draws a case
 //! after the earliest divergent case known so far stops, so the divergence
 //! reported is the one of the lowest case index among those that ran.
+//! In triage mode ([`Campaign::run_triage`]) nothing stops the workers but
+//! the budget: every divergence goes to the outcome's [`Triage`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,6 +29,7 @@ use crate::divergence::Divergence;
 use crate::machine::CASE_RUNNERS;
 use crate::strategy::PROFILES;
 use crate::subject::SubjectSpec;
+use crate::triage::Triage;
 
 /// A checking campaign over some profiles.
 #[derive(Clone, Debug)]
@@ -60,10 +63,13 @@ pub struct ProfileTally {
     pub busy: Duration,
     /// Events labelled.
     pub coverage: Coverage,
+    /// Cases that diverged.
+    pub divergent: u64,
 }
 
 impl ProfileTally {
     fn add(&mut self, other: &ProfileTally) {
+        self.divergent += other.divergent;
         self.cases += other.cases;
         self.ops += other.ops;
         self.busy += other.busy;
@@ -89,8 +95,11 @@ pub struct CampaignOutcome {
     pub tallies: Vec<ProfileTally>,
     /// Wall time.
     pub elapsed: Duration,
-    /// The divergence of the lowest case index that ran, if any.
+    /// The divergence of the lowest case index that ran, if any (none in
+    /// triage mode).
     pub found: Option<Found>,
+    /// Triage mode: every divergence, grouped by signature.
+    pub triage: Triage,
 }
 
 impl CampaignOutcome {
@@ -114,6 +123,22 @@ impl Campaign {
     /// elapsed milliseconds as position and the ops checked as message.
     /// `Err` names a profile whose cases cannot be drawn or run.
     pub fn run(&self, progress: Option<&ProgressBar>) -> Result<CampaignOutcome, String> {
+        self.run_mode(progress, false)
+    }
+
+    /// [`Campaign::run`] in triage mode: every divergence is recorded in
+    /// the outcome's [`Triage`] and the campaign goes on until its cases or
+    /// its budget are spent; `found` stays `None`. A new signature is
+    /// printed above `progress` when it is met.
+    pub fn run_triage(&self, progress: Option<&ProgressBar>) -> Result<CampaignOutcome, String> {
+        self.run_mode(progress, true)
+    }
+
+    fn run_mode(
+        &self,
+        progress: Option<&ProgressBar>,
+        keep_going: bool,
+    ) -> Result<CampaignOutcome, String> {
         let started = Instant::now();
         let control = Control {
             next: AtomicU64::new(0),
@@ -122,13 +147,16 @@ impl Campaign {
             ops: AtomicU64::new(0),
         };
         let found: Mutex<Vec<(u64, Found)>> = Mutex::new(Vec::new());
+        let triage = Mutex::new(Triage::new());
         let error: Mutex<Option<String>> = Mutex::new(None);
         let tallies: Vec<ProfileTally> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..self.jobs.max(1))
                 .map(|worker| {
-                    let (control, found, error) = (&control, &found, &error);
+                    let sinks = (&found, &triage, &error);
+                    let control = &control;
+                    let first = worker == 0;
                     scope.spawn(move || {
-                        self.worker(worker == 0, started, control, found, error, progress)
+                        self.worker((first, keep_going), started, control, sinks, progress)
                     })
                 })
                 .collect();
@@ -152,16 +180,16 @@ impl Campaign {
             tallies,
             elapsed: started.elapsed(),
             found: found.into_iter().next().map(|(_, f)| f),
+            triage: triage.into_inner().unwrap_or_else(|e| e.into_inner()),
         })
     }
 
     fn worker(
         &self,
-        reports_progress: bool,
+        (reports_progress, keep_going): (bool, bool),
         started: Instant,
         control: &Control,
-        found: &Mutex<Vec<(u64, Found)>>,
-        error: &Mutex<Option<String>>,
+        (found, triage, error): Sinks<'_>,
         progress: Option<&ProgressBar>,
     ) -> Vec<ProfileTally> {
         let n = self.profiles.len() as u64;
@@ -209,15 +237,20 @@ impl Campaign {
                 .fetch_add(outcome.ops_checked as u64, Ordering::Relaxed)
                 + outcome.ops_checked as u64;
             if let Some(divergence) = outcome.divergence {
-                control.first_divergence.fetch_min(k, Ordering::Relaxed);
-                found.lock().unwrap_or_else(|e| e.into_inner()).push((
-                    k,
-                    Found {
-                        profile,
-                        case: index,
-                        divergence,
-                    },
-                ));
+                tally.divergent += 1;
+                if keep_going {
+                    self.record(k, divergence, triage, progress);
+                } else {
+                    control.first_divergence.fetch_min(k, Ordering::Relaxed);
+                    found.lock().unwrap_or_else(|e| e.into_inner()).push((
+                        k,
+                        Found {
+                            profile,
+                            case: index,
+                            divergence,
+                        },
+                    ));
+                }
             }
             if let Some(bar) = progress.filter(|_| reports_progress) {
                 bar.set_position(started.elapsed().as_millis() as u64);
@@ -226,4 +259,42 @@ impl Campaign {
         }
         tallies
     }
+
+    /// Triage mode: records a divergence of case `k`; a new signature is
+    /// announced above the progress bar, so a long campaign shows what it
+    /// finds as it goes.
+    fn record(
+        &self,
+        k: u64,
+        divergence: Box<Divergence>,
+        triage: &Mutex<Triage>,
+        progress: Option<&ProgressBar>,
+    ) {
+        let n = self.profiles.len() as u64;
+        let (profile, index) = (self.profiles[(k % n) as usize], k / n);
+        let first = || format!("{} case {index}", PROFILES[profile].name);
+        let mut triage = triage.lock().unwrap_or_else(|e| e.into_inner());
+        let new = triage.record(k, first, divergence);
+        let (distinct, total) = (triage.len(), triage.total());
+        drop(triage);
+        if let Some(bar) = progress {
+            if let Some(signature) = new {
+                bar.suspend(|| {
+                    eprintln!(
+                        "new finding #{distinct}: {signature} ({} case {index})",
+                        PROFILES[profile].name
+                    )
+                });
+            }
+            bar.set_prefix(format!("{total} divergences, {distinct} distinct"));
+        }
+    }
 }
+
+/// Where workers put what they find: the first divergences, the triage,
+/// the first error.
+type Sinks<'a> = (
+    &'a Mutex<Vec<(u64, Found)>>,
+    &'a Mutex<Triage>,
+    &'a Mutex<Option<String>>,
+);

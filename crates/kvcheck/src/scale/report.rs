@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::Shard;
 use crate::coverage::Coverage;
 use crate::power::Catch;
+use crate::triage::{merge_findings, FindingReport};
 
 /// The version tag of the report format.
 pub const REPORT_FORMAT: &str = "kvcheck-report/1";
@@ -134,6 +135,9 @@ pub struct RunReport {
     pub elapsed_s: f64,
     /// Paths of the traces of divergences.
     pub divergences: Vec<String>,
+    /// Triage mode (`--keep-going`): the distinct findings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<FindingReport>,
 }
 
 /// One profile's row of the `run` table.
@@ -187,6 +191,9 @@ pub struct ExploreSummary {
     pub elapsed_s: f64,
     /// The shortest counterexample found, if any.
     pub discovery: Option<DiscoveryReport>,
+    /// Triage mode (`--keep-going`): the distinct findings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<FindingReport>,
 }
 
 /// One explored config.
@@ -416,6 +423,7 @@ fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportError> {
     a.shards.extend(b.shards);
     a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
     a.divergences.extend(b.divergences);
+    merge_findings(&mut a.findings, b.findings);
     for p in b.profiles {
         match a.profiles.iter_mut().find(|q| q.name == p.name) {
             Some(q) => {
@@ -442,6 +450,7 @@ fn merge_explore(a: &mut ExploreSummary, b: ExploreSummary) -> Result<(), Report
     a.shards.extend(b.shards);
     a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
     a.configs.extend(b.configs);
+    merge_findings(&mut a.findings, b.findings);
     for e in b.required {
         if !a.required.contains(&e) {
             a.required.push(e);

@@ -17,7 +17,7 @@
 //! timed out or broke the protocol is never reused: the next case spawns a
 //! fresh one.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write as _};
@@ -41,6 +41,12 @@ use super::capabilities::{Capabilities, Feature, OpKind};
 
 /// The protocol version said in `hello`.
 pub const PROTOCOL: &str = "kvcheck-subject/1";
+
+/// The revision of [`PROTOCOL`] this harness speaks, sent in its `hello`.
+/// Revision 2 adds `reports` (capacity and resident bytes in responses) and
+/// `adapter` exceptions; a subject written for revision 1 ignores the field
+/// and keeps working.
+pub const REVISION: u64 = 2;
 
 /// Response timeout when neither `--subject-timeout` nor
 /// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.
@@ -113,6 +119,15 @@ pub enum SubjectFailure {
         /// The last lines of its stderr.
         stderr: Vec<String>,
     },
+    /// `exception` marked `adapter`: the adapter itself could not pass the
+    /// request on to the cache it wraps. Its failure, never a refusal of
+    /// the cache: it does not agree with the model's refusal.
+    Adapter {
+        /// The exception's type.
+        kind: String,
+        /// Its message.
+        message: String,
+    },
     /// A line that is not JSON, a response of the wrong shape, a payload of
     /// the wrong length, or a process that could not be started.
     Protocol {
@@ -166,6 +181,10 @@ impl fmt::Display for SubjectFailure {
             SubjectFailure::Exception { kind, message } => {
                 write!(f, "exception {kind}: {message}")?
             }
+            SubjectFailure::Adapter { kind, message } => write!(
+                f,
+                "the adapter could not pass the request on ({kind}: {message})"
+            )?,
             SubjectFailure::Crash { status, .. } => write!(f, "the subject crashed: {status}")?,
             SubjectFailure::Timeout { after, .. } => write!(
                 f,
@@ -196,6 +215,27 @@ pub struct Hello {
     pub name: String,
     /// What it can express (`internals` is always false).
     pub capabilities: Capabilities,
+    /// What its `ok` responses report for comparison (revision 2).
+    pub reports: Reports,
+}
+
+/// The state a subject reports in every `ok` response to an op or a view,
+/// declared in its `hello` capabilities as `reports`. Each is compared with
+/// the model after every op, as for in-process caches: capacity (SPEC.md §3
+/// step 7 growth) and resident bytes (§6, §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reports {
+    /// `capacity` is reported.
+    pub capacity: bool,
+    /// `resident_bytes` is reported.
+    pub resident_bytes: bool,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Report {
+    Capacity,
+    ResidentBytes,
 }
 
 #[derive(Deserialize)]
@@ -222,9 +262,22 @@ struct RawCapabilities {
     values: bool,
     #[serde(default)]
     view: bool,
+    #[serde(default)]
+    reports: Vec<Report>,
 }
 
 impl RawCapabilities {
+    fn reports(&self) -> Reports {
+        let mut reports = Reports::default();
+        for report in &self.reports {
+            match report {
+                Report::Capacity => reports.capacity = true,
+                Report::ResidentBytes => reports.resident_bytes = true,
+            }
+        }
+        reports
+    }
+
     fn into_capabilities(self) -> Capabilities {
         let full = Capabilities::full();
         let mut ops = self.ops.unwrap_or(full.ops);
@@ -261,6 +314,10 @@ struct OkBody {
     k: Option<String>,
     #[serde(default)]
     v: Option<String>,
+    #[serde(default)]
+    capacity: Option<u64>,
+    #[serde(default)]
+    resident_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -276,6 +333,8 @@ struct ExceptionBody {
     kind: String,
     #[serde(default)]
     message: String,
+    #[serde(default)]
+    adapter: bool,
 }
 
 /// A running subject process.
@@ -451,7 +510,8 @@ impl Process {
     /// Says hello and reads the name and capabilities.
     fn hello(&mut self) -> Result<Hello, SubjectFailure> {
         let timeout = self.timeout.max(STARTUP_TIMEOUT);
-        let response = self.request_within(&json!({"hello": {"protocol": PROTOCOL}}), timeout)?;
+        let hello = json!({"hello": {"protocol": PROTOCOL, "revision": REVISION}});
+        let response = self.request_within(&hello, timeout)?;
         let raw = response
             .get("hello")
             .cloned()
@@ -468,22 +528,19 @@ impl Process {
             let problem = format!("speaks {:?}, kvcheck speaks {PROTOCOL:?}", raw.protocol);
             return Err(self.protocol(problem));
         }
+        let capabilities = raw.capabilities.unwrap_or(RawCapabilities {
+            variants: None,
+            dtypes: None,
+            ops: None,
+            features: Vec::new(),
+            values: false,
+            view: false,
+            reports: Vec::new(),
+        });
         Ok(Hello {
             name: raw.name.unwrap_or_default(),
-            capabilities: raw
-                .capabilities
-                .map(RawCapabilities::into_capabilities)
-                .unwrap_or_else(|| {
-                    RawCapabilities {
-                        variants: None,
-                        dtypes: None,
-                        ops: None,
-                        features: Vec::new(),
-                        values: false,
-                        view: false,
-                    }
-                    .into_capabilities()
-                }),
+            reports: capabilities.reports(),
+            capabilities: capabilities.into_capabilities(),
         })
     }
 
@@ -511,6 +568,10 @@ impl Process {
         };
         match response {
             Response::Ok(body) => Ok(body),
+            Response::Exception(body) if body.adapter => Err(SubjectFailure::Adapter {
+                kind: body.kind,
+                message: body.message,
+            }),
             Response::Exception(body) => Err(SubjectFailure::Exception {
                 kind: body.kind,
                 message: body.message,
@@ -677,10 +738,7 @@ impl ExecSubject {
 
     /// Opens a fresh cache for `config` in an idle process (or a new one).
     pub fn open(self: &Arc<Self>, config: &Config, device: &Device) -> kvcache::Result<ExecCache> {
-        let capabilities = self
-            .hello()
-            .map_err(SubjectFailure::into_cache_error)?
-            .capabilities;
+        let hello = self.hello().map_err(SubjectFailure::into_cache_error)?;
         let mut process = self
             .take_process()
             .map_err(SubjectFailure::into_cache_error)?;
@@ -696,15 +754,26 @@ impl ExecSubject {
         let answer = process.call_within(&json!({"open": {"config": filled}}), timeout);
         process.opened = true;
         match answer {
-            Ok(_) => Ok(ExecCache {
-                subject: Arc::clone(self),
-                process: RefCell::new(Some(process)),
-                config: config.clone(),
-                device: device.clone(),
-                global_end: 0,
-                capabilities,
-                link: Arc::new(OpLink::default()),
-            }),
+            Ok(body) => {
+                let cache = ExecCache {
+                    subject: Arc::clone(self),
+                    process: RefCell::new(Some(process)),
+                    config: config.clone(),
+                    device: device.clone(),
+                    global_end: 0,
+                    capacity: Cell::new(config.capacity as u64),
+                    resident_bytes: Cell::new(0),
+                    capabilities: hello.capabilities,
+                    link: Arc::new(OpLink {
+                        reports: hello.reports,
+                        ..OpLink::default()
+                    }),
+                };
+                // A fresh cache's state is compared too (before any op
+                // succeeds, e.g. after a first refused write).
+                cache.record_reports(&body)?;
+                Ok(cache)
+            }
             Err(failure) => {
                 if !failure.is_misbehaviour() {
                     self.give_back(process);
@@ -723,6 +792,10 @@ pub struct ExecCache {
     config: Config,
     device: Device,
     global_end: u64,
+    /// The latest reported capacity (the configured one until reported).
+    capacity: Cell<u64>,
+    /// The latest reported resident bytes.
+    resident_bytes: Cell<u64>,
     capabilities: Capabilities,
     link: Arc<OpLink>,
 }
@@ -734,12 +807,18 @@ pub struct ExecCache {
 pub struct OpLink {
     index: AtomicU64,
     reset_failure: Mutex<Option<SubjectFailure>>,
+    reports: Reports,
 }
 
 impl OpLink {
     /// Sets the index sent with the next requests.
     pub fn set_index(&self, index: u64) {
         self.index.store(index, Ordering::Relaxed);
+    }
+
+    /// What the subject reports in its responses, to be compared.
+    pub fn reports(&self) -> Reports {
+        self.reports
     }
 
     /// The failure of the latest `reset`, once.
@@ -793,11 +872,38 @@ impl ExecCache {
         Ok(global_end)
     }
 
+    /// The global end of an `ok` response, after [`ExecCache::record_reports`].
     fn require_global_end(&self, body: &OkBody) -> kvcache::Result<u64> {
+        self.record_reports(body)?;
         body.global_end.ok_or_else(|| {
             self.fail("an ok response without global_end".into())
                 .into_cache_error()
         })
+    }
+
+    /// Records the reported state of an `ok` response to `open`, an op or a
+    /// view, which a subject that declares it must send in every one.
+    fn record_reports(&self, body: &OkBody) -> kvcache::Result<()> {
+        let reports = self.link.reports;
+        for (declared, name, value, cell) in [
+            (reports.capacity, "capacity", body.capacity, &self.capacity),
+            (
+                reports.resident_bytes,
+                "resident_bytes",
+                body.resident_bytes,
+                &self.resident_bytes,
+            ),
+        ] {
+            match value {
+                Some(value) if declared => cell.set(value),
+                None if declared => {
+                    let problem = format!("an ok response without {name}, which it reports");
+                    return Err(self.fail(problem).into_cache_error());
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// A protocol failure found while decoding a response: the process is
@@ -955,9 +1061,10 @@ impl KvCache for ExecCache {
         self.global_end
     }
 
-    /// Not reported by the protocol: the configured capacity.
+    /// The latest reported capacity; the configured one for a subject that
+    /// does not report it.
     fn capacity(&self) -> usize {
-        self.config.capacity
+        usize::try_from(self.capacity.get()).unwrap_or(usize::MAX)
     }
 
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
@@ -1016,9 +1123,10 @@ impl KvCache for ExecCache {
         }
     }
 
-    /// Not reported by the protocol: 0.
+    /// The latest reported resident bytes; 0 for a subject that does not
+    /// report them.
     fn resident_bytes(&self) -> u64 {
-        0
+        self.resident_bytes.get()
     }
 
     /// Not reported by the protocol: no slots.
