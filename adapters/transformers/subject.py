@@ -76,6 +76,11 @@ class MaskShapeMismatch(Exception):
     attention cannot add it to the scores."""
 
 
+class NegativeLength(Exception):
+    """The cache reports a negative length (a crop of more tokens than it
+    held): no global end can be reported."""
+
+
 class Masked(kvcheck.Refused):
     """A request held back by --mask (a known difference), refused with the
     contract's kind for it."""
@@ -249,7 +254,10 @@ class TransformersCache(kvcheck.Subject):
 
     @property
     def global_end(self):
-        return self.real.seq_length()
+        end = self.real.seq_length()
+        if end < 0:
+            raise NegativeLength("get_seq_length() is %d after a crop of more tokens than the layer held" % end)
+        return end
 
     def _both(self, call):
         """Applies `call(layer)` to the twin, then to the real cache, so a
