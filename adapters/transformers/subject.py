@@ -51,13 +51,14 @@ what that changes).
 import argparse
 import os
 import sys
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 import kvcheck  # noqa: E402
 import kvcheck.serve  # noqa: E402
+from subject_support import Background, add_mask_option  # noqa: E402
 
 CACHES = ("dynamic", "static", "hqq", "quanto", "fp8")
 QUANTIZED = ("hqq", "quanto", "fp8")
@@ -95,38 +96,19 @@ def _version(dist):
         return None
 
 
-class Runtime:
-    """torch and transformers, imported in the background at start-up so
-    `hello` is answered at once and the first `open` waits only for what is
-    left."""
+def _load_transformers():
+    """torch and transformers' cache and mask modules (see subject_support.Background)."""
+    import types
 
-    def __init__(self):
-        self.error = None
-        self.done = threading.Event()
-        threading.Thread(target=self._load, daemon=True).start()
+    import torch
 
-    def _load(self):
-        try:
-            import torch
+    torch.set_num_threads(1)
+    import transformers
+    from transformers import cache_utils, masking_utils
 
-            torch.set_num_threads(1)
-            import transformers
-            from transformers import cache_utils, masking_utils
-
-            self.torch = torch
-            self.transformers = transformers
-            self.cache_utils = cache_utils
-            self.masking_utils = masking_utils
-        except Exception as error:  # reported on the first open
-            self.error = error
-        finally:
-            self.done.set()
-
-    def ready(self):
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self
+    return types.SimpleNamespace(
+        torch=torch, transformers=transformers, cache_utils=cache_utils, masking_utils=masking_utils
+    )
 
 
 class Layer:
@@ -221,28 +203,21 @@ class TransformersCache(kvcheck.Subject):
         if not quantized:
             self.features += ("window",)
         self.ops = ("write", "reset") if quantized else ("write", "rewind", "reset")
-        self.runtime = Runtime()
+        self.runtime = Background(_load_transformers)
         self.pair = None
 
     @classmethod
     def from_args(cls, argv):
         parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
         parser.add_argument("--cache", default="dynamic", choices=CACHES, help="which cache class (default dynamic)")
-        parser.add_argument(
-            "--mask",
-            action="append",
-            default=[],
-            choices=sorted(MASKS),
-            help="hold back requests of a known difference (repeatable): %s"
-            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
-        )
+        add_mask_option(parser, MASKS)
         args = parser.parse_args(argv)
         return cls(args.cache, args.mask)
 
     # -- the cache and its twin -------------------------------------------
 
     def open(self, config):
-        rt = self.runtime.ready()
+        rt = self.rt = self.runtime.ready()
         torch = rt.torch
         dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
         self.config = config
@@ -275,7 +250,7 @@ class TransformersCache(kvcheck.Subject):
         return twin_result, result
 
     def _tags(self, start, length):
-        torch = self.runtime.torch
+        torch = self.rt.torch
         return (torch.arange(length, dtype=torch.float64) + (start + 1)).reshape(1, 1, length, 1)
 
     def _crop(self, tokens):
@@ -331,7 +306,7 @@ class TransformersCache(kvcheck.Subject):
         missing = [p for p in range(begin, end) if p not in column]
         if missing:
             raise Inexpressible("%s: the cache no longer holds positions %s to re-append" % (what, missing))
-        torch = self.runtime.torch
+        torch = self.rt.torch
         index = torch.tensor([column[p] for p in range(begin, end)], dtype=torch.long)
         return layer.keys.index_select(2, index).clone(), layer.values.index_select(2, index).clone()
 
@@ -350,7 +325,7 @@ class TransformersCache(kvcheck.Subject):
             visible.append(tag - 1 if tag > 0 else offset + j)
         if not self.values:
             return visible
-        torch = self.runtime.torch
+        torch = self.rt.torch
         index = torch.tensor(columns, dtype=torch.long)
         return visible, keys.index_select(2, index), values.index_select(2, index)
 
@@ -378,7 +353,7 @@ class TransformersCache(kvcheck.Subject):
         return self._view(rows, 0, keys, layer.values, twin_keys)
 
     def _empty(self):
-        torch = self.runtime.torch
+        torch = self.rt.torch
         shape = (self.config["batch"], self.config["heads"], 0, self.config["head_dim"])
         return torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)
 

@@ -35,48 +35,30 @@ answered as an exception of type `Inexpressible`.
 import argparse
 import os
 import sys
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 import kvcheck  # noqa: E402
 import kvcheck.serve  # noqa: E402
 import loader  # noqa: E402
+from subject_support import Background, add_mask_option  # noqa: E402
 
 
 class Inexpressible(Exception):
     """A request no LingBot-World pipeline can make of this cache."""
 
 
-class Runtime:
-    """torch and the LingBot definitions, loaded in the background at
-    start-up so `hello` is answered at once."""
+def _load_lingbot(version):
+    """torch and the LingBot definitions of `version` (see subject_support.Background)."""
+    import types
 
-    def __init__(self, version):
-        self.error = None
-        self.done = threading.Event()
-        self.version = version
-        threading.Thread(target=self._load, daemon=True).start()
+    import torch
 
-    def _load(self):
-        try:
-            import torch
-
-            torch.set_num_threads(1)
-            self.torch = torch
-            self.lingbot = loader.load(self.version)
-        except Exception as error:  # reported on the first open
-            self.error = error
-        finally:
-            self.done.set()
-
-    def ready(self):
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self
+    torch.set_num_threads(1)
+    return types.SimpleNamespace(torch=torch, lingbot=loader.load(version))
 
 
 class LingBotCache(kvcheck.Subject):
@@ -91,7 +73,7 @@ class LingBotCache(kvcheck.Subject):
         self.version = version
         self.masks = list(masks)
         self.name = " ".join(["vllm-omni", version, "LingBotAttentionCache"] + ["--mask " + m for m in self.masks])
-        self.runtime = Runtime(version)
+        self.runtime = Background(lambda: _load_lingbot(version))
 
     @classmethod
     def from_args(cls, argv):
@@ -101,14 +83,7 @@ class LingBotCache(kvcheck.Subject):
             default=os.environ.get("VLLM_OMNI_VERSION", loader.DEFAULT_VERSION),
             help="vllm-omni release set up by setup.sh (default $VLLM_OMNI_VERSION or %s)" % loader.DEFAULT_VERSION,
         )
-        parser.add_argument(
-            "--mask",
-            action="append",
-            default=[],
-            choices=sorted(MASKS),
-            help="hold back requests of a known difference (repeatable): %s"
-            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
-        )
+        add_mask_option(parser, MASKS)
         args = parser.parse_args(argv)
         if not loader.is_ready(args.version):
             raise SystemExit(
@@ -118,7 +93,7 @@ class LingBotCache(kvcheck.Subject):
         return cls(args.version, args.mask)
 
     def open(self, config):
-        rt = self.runtime.ready()
+        rt = self.rt = self.runtime.ready()
         torch = rt.torch
         dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[config["dtype"]]
         self.config = config
@@ -135,7 +110,7 @@ class LingBotCache(kvcheck.Subject):
         return self.real.absolute_end
 
     def write(self, start, length, heads, recent_window, k, v):
-        torch = self.runtime.torch
+        torch = self.rt.torch
         for mask in self.masks:
             _, kind, test = MASKS[mask]
             reason = test(self, start, length)
@@ -150,7 +125,7 @@ class LingBotCache(kvcheck.Subject):
             # Every zero-length write is the probe: a read at the global end.
             start, persist = self.global_end, False
         tags = (torch.arange(length, dtype=torch.float64) + (start + 1)).reshape(1, length, 1, 1)
-        update = self.runtime.lingbot.update_cache
+        update = self.rt.lingbot.update_cache
         sink = self.config["sink"]
         twin_error = None
         try:
