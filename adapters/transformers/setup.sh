@@ -2,9 +2,10 @@
 # Builds the environment the transformers adapter runs in, from the package
 # registry alone: a venv (adapters/transformers/.venv) with torch, numpy and
 # transformers of TRANSFORMERS_VERSION, plus the quantization backends of
-# QUANT_BACKENDS that install (each optional: one that fails to install is
-# reported and skipped, and the adapter then declares no quantized cache for
-# it).
+# QUANT_BACKENDS (each optional: one that fails to install is reported and
+# skipped; `subject.py --cache NAME` on it then fails at open). The default
+# is HQQ alone, whose CPU path runs as installed; optimum-quanto installs
+# too but builds a C++ extension with ninja and a compiler at first use.
 #
 # PyPI's torch brings CUDA libraries (about 3 GB) that the adapter never
 # uses: everything runs on the CPU. Where the PyTorch CPU wheel index can be
@@ -18,7 +19,7 @@
 #   TRANSFORMERS_VERSION  transformers release (default 5.25.0)
 #   TORCH_VERSION         torch release (default 2.15.0)
 #   QUANT_BACKENDS        space-separated subset of "quanto hqq"
-#                         (default "quanto hqq"; empty for none)
+#                         (default "hqq"; empty for none)
 #   QUANTO_VERSION        optimum-quanto release (default 0.2.7)
 #   HQQ_VERSION           hqq release (default 0.2.8.post1)
 #   TORCH_INDEX           an index serving CPU torch wheels (default: PyPI)
@@ -29,17 +30,14 @@ started=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 transformers_version="${TRANSFORMERS_VERSION:-5.25.0}"
 torch_version="${TORCH_VERSION:-2.15.0}"
-backends="${QUANT_BACKENDS-quanto hqq}"
+backends="${QUANT_BACKENDS-hqq}"
 quanto_version="${QUANTO_VERSION:-0.2.7}"
 hqq_version="${HQQ_VERSION:-0.2.8.post1}"
-python="${PYTHON:-python3}"
 venv="$here/.venv"
 
-if [ ! -x "$venv/bin/python" ]; then
-    echo "setup: creating venv $venv"
-    "$python" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
+# shellcheck source=../torch-venv.sh
+. "$here/../torch-venv.sh"
+torch_venv "$venv" "$torch_version"
 
 installed() {
     # Whether distribution $1 is installed at exactly version $2.
@@ -49,16 +47,6 @@ from importlib.metadata import version
 sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
 PY
 }
-
-if ! installed torch "$torch_version"; then
-    echo "setup: installing torch $torch_version"
-    if [ -n "${TORCH_INDEX:-}" ]; then
-        "$vpy" -m pip install --quiet --index-url "$TORCH_INDEX" \
-            --extra-index-url https://pypi.org/simple "torch==$torch_version" numpy
-    else
-        "$vpy" -m pip install --quiet "torch==$torch_version" numpy
-    fi
-fi
 
 if ! installed transformers "$transformers_version"; then
     echo "setup: installing transformers $transformers_version"
@@ -73,8 +61,7 @@ for backend in $backends; do
     esac
     if ! installed "$dist" "$want"; then
         echo "setup: installing $dist $want"
-        # Optional: the quantized caches are declared only where a backend
-        # imports, so a backend that does not install on this machine is
+        # Optional: a backend that does not install on this machine is
         # reported and the rest of the environment stays usable.
         if ! "$vpy" -m pip install --quiet "torch==$torch_version" "$dist==$want"; then
             echo "setup: $dist $want did not install; the quantized cache on $backend stays off"

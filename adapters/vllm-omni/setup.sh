@@ -28,30 +28,12 @@ started=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="${VLLM_OMNI_VERSION:-0.30.0}"
 torch_version="${TORCH_VERSION:-2.15.0}"
-python="${PYTHON:-python3}"
 venv="$here/.venv"
 dest="$here/.vllm-omni/$version"
 
-if [ ! -x "$venv/bin/python" ]; then
-    echo "setup: creating venv $venv"
-    "$python" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
-
-if ! "$vpy" - "$torch_version" <<'PY' 2>/dev/null; then
-import sys
-from importlib.metadata import version
-import numpy  # noqa: F401
-sys.exit(0 if version("torch") == sys.argv[1] else 1)
-PY
-    echo "setup: installing torch $torch_version and numpy"
-    if [ -n "${TORCH_INDEX:-}" ]; then
-        "$vpy" -m pip install --quiet --index-url "$TORCH_INDEX" \
-            --extra-index-url https://pypi.org/simple "torch==$torch_version" numpy
-    else
-        "$vpy" -m pip install --quiet "torch==$torch_version" numpy
-    fi
-fi
+# shellcheck source=../torch-venv.sh
+. "$here/../torch-venv.sh"
+torch_venv "$venv" "$torch_version"
 
 if [ ! -f "$dest/READY" ]; then
     wheels="$here/.vllm-omni/wheels"
