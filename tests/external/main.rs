@@ -11,8 +11,14 @@
 //!   otherwise. `SGLANG_VERSION` picks the release (default 0.5.23).
 //! - `mlx_lm`: mlx-lm's caches through `adapters/mlx-lm/subject.py`, opt-in
 //!   behind `adapters/mlx-lm/setup.sh` (see `docs/mlx-lm.md`).
+//! - `transformers`, `vllm_omni`: the same for the transformers and
+//!   vllm-omni adapters (`adapters/transformers/`, `adapters/vllm-omni/`)
+//!   and their traces in `tests/external/transformers/` and
+//!   `tests/external/vllm-omni/`.
 
 mod mlx_lm;
+mod transformers;
+mod vllm_omni;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,9 +81,16 @@ fn saved_findings_still_diverge(python: &Path, version: &str) {
         python.display(),
         root().join("adapters/sglang/subject.py").display()
     );
-    saved_traces_still_diverge("sglang", "tests/external/sglang", |entry| {
+    saved_traces_of_command("sglang", "tests/external/sglang", &command);
+}
+
+/// [`saved_traces_still_diverge`] on the `exec:` subject `command`, with
+/// each entry's optional `args` appended and its `exact_kinds` setting.
+pub(crate) fn saved_traces_of_command(library: &str, dir: &str, command: &str) {
+    saved_traces_still_diverge(library, dir, |entry| {
         let exact = entry["exact_kinds"].as_bool().unwrap_or(false);
-        kvcheck::subject::SubjectSpec::parse(&command)
+        let args = entry["args"].as_str().unwrap_or("");
+        kvcheck::subject::SubjectSpec::parse(format!("{command} {args}").trim_end())
             .expect("exec subject")
             .with_exec_options(Some(std::time::Duration::from_secs(120)), exact)
     });
