@@ -23,6 +23,8 @@
 mod base;
 mod cache;
 mod rows;
+mod view;
+mod write;
 
 pub use base::FaultBase;
 pub use cache::FaultyCache;

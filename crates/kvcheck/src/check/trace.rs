@@ -42,7 +42,7 @@ pub struct Trace {
 }
 
 /// The version of the `oracle` field this reader understands. A reader
-/// refuses a larger one by name ([`TraceError::OracleVersion`]); a reader
+/// refuses a larger one by name ([`TraceError::Oracle`]); a reader
 /// older than the field refuses any trace that has it, as an unknown field.
 pub const ORACLE_VERSION: u32 = 1;
 

@@ -93,6 +93,10 @@ pub trait Family: 'static {
     const PROFILE: &'static Profile;
 }
 
+/// The one list of families: each profile's type, and from the same list
+/// the tables every engine indexes by profile ([`CASE_DRAWS`],
+/// [`CASE_RUNNERS`], [`SUITES`]), sized by [`PROFILES`] so that a profile
+/// added there and not here does not compile.
 macro_rules! families {
     ($($(#[$doc:meta])* $name:ident => $index:expr),* $(,)?) => {
         $(
@@ -103,6 +107,24 @@ macro_rules! families {
                 const PROFILE: &'static Profile = &PROFILES[$index];
             }
         )*
+
+        /// [`draw_case`] for each profile, aligned with [`PROFILES`].
+        pub const CASE_DRAWS: [CaseDraw; PROFILES.len()] = [$(draw_case::<$name>),*];
+
+        /// [`run_case_on`] for each profile, aligned with [`PROFILES`].
+        pub const CASE_RUNNERS: [CaseRunner; PROFILES.len()] = [$(run_case_on::<$name>),*];
+
+        /// [`check_family`] for each profile, aligned with [`PROFILES`].
+        pub const SUITES: [Suite; PROFILES.len()] = [$(check_family::<$name>),*];
+
+        /// Each family's profile is the entry of [`PROFILES`] at its index.
+        #[cfg(test)]
+        #[test]
+        fn families_are_in_profile_order() {
+            let names = [$($name::PROFILE.name),*];
+            let expected: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
+            assert_eq!(names.to_vec(), expected);
+        }
     };
 }
 
@@ -458,47 +480,8 @@ fn profile_index(profile: &Profile) -> usize {
 /// A case draw per entry of [`PROFILES`], in the same order.
 pub type CaseDraw = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), String>;
 
-/// [`draw_case`] for each profile, aligned with [`PROFILES`].
-pub const CASE_DRAWS: [CaseDraw; 9] = [
-    draw_case::<Tiny>,
-    draw_case::<Sinks>,
-    draw_case::<Window>,
-    draw_case::<Pins>,
-    draw_case::<Growth>,
-    draw_case::<MultiHead>,
-    draw_case::<BatchTwo>,
-    draw_case::<Half>,
-    draw_case::<Packed>,
-];
-
 /// A case runner per entry of [`PROFILES`], in the same order.
 pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, String>;
 
-/// [`run_case_on`] for each profile, aligned with [`PROFILES`].
-pub const CASE_RUNNERS: [CaseRunner; 9] = [
-    run_case_on::<Tiny>,
-    run_case_on::<Sinks>,
-    run_case_on::<Window>,
-    run_case_on::<Pins>,
-    run_case_on::<Growth>,
-    run_case_on::<MultiHead>,
-    run_case_on::<BatchTwo>,
-    run_case_on::<Half>,
-    run_case_on::<Packed>,
-];
-
 /// A profile's suite: [`check_family`] of its family.
 pub type Suite = fn(&SuiteSettings) -> Result<Coverage, String>;
-
-/// [`check_family`] for each profile, aligned with [`PROFILES`].
-pub const SUITES: [Suite; 9] = [
-    check_family::<Tiny>,
-    check_family::<Sinks>,
-    check_family::<Window>,
-    check_family::<Pins>,
-    check_family::<Growth>,
-    check_family::<MultiHead>,
-    check_family::<BatchTwo>,
-    check_family::<Half>,
-    check_family::<Packed>,
-];

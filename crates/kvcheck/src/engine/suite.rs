@@ -8,7 +8,7 @@
 //!   profile the capabilities allow (knobs `KVCHECK_CASES`,
 //!   `KVCHECK_MAX_OPS`, `KVCHECK_SEED`, as for the shipped caches);
 //! - [`explore`]: exhaustive exploration of one configuration;
-//! - [`minimize`], [`explain`](crate::explain::walk)
+//! - [`minimize`](crate::minimize), [`explain`](crate::explain::walk)
 //!   and [`save`] with `SubjectSpec::from(factory)`.
 //!
 //! ```no_run

@@ -1,0 +1,360 @@
+//! The lockstep driver: one function that every engine uses (property
+//! suites, `kvcheck run`, replay, fuzz targets, the explorer).
+//!
+//! Each op goes to the reference model and to the cache under test. After
+//! every op the driver compares the outcome kind, the global end, the
+//! capacity and resident bytes, and for writes the visible positions and
+//! the view tensors, bit for bit, against the values the model's writers
+//! imply (see [`crate::payload`]). Views are taken as segments
+//! ([`KvCache::write_segments`]): their concatenation is what is compared,
+//! and every segment that claims to alias the cache's buffers must be a
+//! `narrow` of one buffer at the slots the cache's layout gives for its
+//! positions (a cache laid out as a ring must not copy at all); a false
+//! claim is an `aliasing` divergence. After every refused op a read-only probe
+//! proves that nothing changed. A disagreement is returned as a
+//! [`Divergence`] value; the driver never panics on a cache's behaviour.
+//!
+//! What is compared follows the subject's [`Capabilities`]: a subject
+//! without `values` is compared on outcome, global end and visible
+//! positions only; one without `internals` (an external process) is not
+//! asked for capacity and resident bytes. An external subject's own
+//! misbehaviour (crash, timeout, protocol error) and its exceptions arrive
+//! as [`SubjectFailure`](crate::subject::SubjectFailure)s and become divergences of their own kinds.
+
+use crate::coverage::{Before, Coverage};
+use crate::divergence::{describe_outcome, Divergence, DivergenceKind};
+use crate::payload::{write_tensor, write_tensors, Kv};
+use crate::subject::{open_cache, Capabilities, OpLink, SubjectSpec, Unsupported};
+use crate::trace::Trace;
+use candle_core::Device;
+use kvcache::KvCache;
+use kvmodel::{CacheError, Config, Model, Op, Outcome, Variant, Write};
+use std::sync::Arc;
+
+mod compare;
+mod view;
+
+use view::*;
+pub use view::{payload_heads, valid_heads};
+
+/// Elements of a payload the driver builds for a write the model refuses;
+/// above it the cache gets an empty payload (it must refuse before looking).
+const REFUSED_PAYLOAD_LIMIT: usize = 1 << 20;
+
+/// Why a lockstep run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The configuration breaks SPEC.md §1.
+    #[error(transparent)]
+    InvalidConfig(#[from] CacheError),
+    /// The model accepts the configuration but the cache does not.
+    #[error("the model accepts the configuration but the cache refuses it: {0}")]
+    CacheRefused(kvcache::Error),
+    /// The configuration needs a capability the subject lacks: nothing to
+    /// check, not a divergence.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+}
+
+/// How the driver compares a view's values with what the model's writers
+/// imply. Both compare every element of every view bit for bit (as f32,
+/// which every dtype widens to exactly), check the same segment shapes and
+/// aliasing claims first and report the same divergences, rows included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ValueCheck {
+    /// Each segment read in place from the storage the cache handed out,
+    /// row by row against expected rows built K and V together
+    /// ([`crate::payload::row_bits`]); nothing copied or converted to a
+    /// tensor. Payloads are built the same way.
+    #[default]
+    InPlace,
+    /// The consumer's route: the segments concatenated with
+    /// [`kvcache::Segments::to_contiguous_into`] into fresh tensors,
+    /// converted to f32 vectors and compared with payload rows computed
+    /// one element at a time ([`crate::payload::element`], the payload's
+    /// definition). Several times slower; kept as the independent second
+    /// implementation that [`ValueCheck::InPlace`] is tested against and
+    /// as the baseline of the `fuzz_exec` benchmark.
+    Materialized,
+}
+
+/// The model and one cache, driven in lockstep.
+pub struct Lockstep {
+    model: Model,
+    cache: Box<dyn KvCache>,
+    subject: String,
+    device: Device,
+    ops: Vec<Op>,
+    coverage: Coverage,
+    capabilities: Capabilities,
+    exact_kinds: bool,
+    link: Option<Arc<OpLink>>,
+    value_check: ValueCheck,
+}
+
+impl Lockstep {
+    /// The model and the shipped cache for `config.variant`, on the CPU.
+    pub fn new(config: &Config) -> Result<Lockstep, SetupError> {
+        Self::on_device(config, &Device::Cpu)
+    }
+
+    /// The model and the shipped cache for `config.variant`, on `device`.
+    pub fn on_device(config: &Config, device: &Device) -> Result<Lockstep, SetupError> {
+        let model = Model::new(config)?;
+        let cache = open_cache(config, device).map_err(SetupError::CacheRefused)?;
+        let subject = match config.variant {
+            Variant::Dense => "dense",
+            Variant::Packed => "packed",
+        };
+        Ok(Self::assemble(model, cache, subject, device))
+    }
+
+    /// The model and any cache (a constructed failing subject, say), named
+    /// `subject` in reports, compared with every capability (use
+    /// [`Lockstep::open`] for a subject that has fewer).
+    pub fn with_cache(
+        config: &Config,
+        cache: Box<dyn KvCache>,
+        subject: &str,
+        device: &Device,
+    ) -> Result<Lockstep, SetupError> {
+        Ok(Self::assemble(Model::new(config)?, cache, subject, device))
+    }
+
+    /// The model and `subject` opened for `config`, compared as its
+    /// capabilities allow. A config the subject cannot express is
+    /// [`SetupError::Unsupported`].
+    pub fn open(
+        config: &Config,
+        subject: &SubjectSpec,
+        device: &Device,
+    ) -> Result<Lockstep, SetupError> {
+        let model = Model::new(config)?;
+        let capabilities = subject
+            .capabilities()
+            .map_err(|f| SetupError::CacheRefused(f.into_cache_error()))?;
+        capabilities.supports_config(config)?;
+        let (cache, link) = subject
+            .open_linked(config, device)
+            .map_err(SetupError::CacheRefused)?;
+        let mut run = Self::assemble(model, cache, &subject.name(config), device);
+        run.capabilities = capabilities;
+        run.exact_kinds = subject.exact_kinds();
+        run.link = link;
+        Ok(run)
+    }
+
+    pub(super) fn assemble(
+        model: Model,
+        cache: Box<dyn KvCache>,
+        subject: &str,
+        device: &Device,
+    ) -> Lockstep {
+        Lockstep {
+            model,
+            cache,
+            subject: subject.to_string(),
+            device: device.clone(),
+            ops: Vec::new(),
+            coverage: Coverage::default(),
+            capabilities: Capabilities::full(),
+            exact_kinds: true,
+            link: None,
+            value_check: ValueCheck::default(),
+        }
+    }
+
+    /// Compares views with `check` from now on (see [`ValueCheck`]).
+    pub fn set_value_check(&mut self, check: ValueCheck) {
+        self.value_check = check;
+    }
+
+    /// What the subject can express, which decides what is compared.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// The reference model's current state.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The cache under test.
+    pub fn cache(&self) -> &dyn KvCache {
+        self.cache.as_ref()
+    }
+
+    /// The events labelled so far.
+    pub fn coverage(&self) -> &Coverage {
+        &self.coverage
+    }
+
+    /// Ops applied so far.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// The ops so far as a trace with `expect` filled in by the model.
+    pub fn trace(&self) -> Trace {
+        Trace::new(self.model.config().clone(), self.ops.clone()).with_model_expect()
+    }
+
+    /// Applies every op in order; stops at the first divergence.
+    pub fn run<'a>(
+        &mut self,
+        ops: impl IntoIterator<Item = &'a Op>,
+    ) -> Result<(), Box<Divergence>> {
+        for op in ops {
+            self.step(op)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `op` to both sides and compares everything. Returns the
+    /// model's outcome, which the cache matched.
+    ///
+    /// An op the subject cannot express is not sent: it comes back as an
+    /// [`DivergenceKind::Unsupported`] report (engines check
+    /// [`Capabilities::supports_op`] first and never get there).
+    pub fn step(&mut self, op: &Op) -> Result<Outcome, Box<Divergence>> {
+        let index = self.ops.len();
+        self.ops.push(*op);
+        if let Err(unsupported) = self.capabilities.supports_op(op) {
+            let expected = describe_outcome(&self.model.clone().apply(index as u64, op).into());
+            return Err(self.divergence(
+                index,
+                DivergenceKind::Unsupported,
+                expected,
+                unsupported.to_string(),
+            ));
+        }
+        if let Some(link) = &self.link {
+            link.set_index(index as u64);
+        }
+        let before = Before::of(&self.model);
+        let expected: Outcome = self.model.apply(index as u64, op).into();
+        match op {
+            Op::Write(w) => self.step_write(index, w, &expected)?,
+            _ => {
+                let actual = match op {
+                    Op::Rewind { to } => self.cache.rewind(*to),
+                    Op::Evict { tokens } => self.cache.evict(*tokens),
+                    Op::Pin { tokens } => self.cache.pin(*tokens),
+                    _ => {
+                        let g = self.cache.reset();
+                        match self.link.as_ref().and_then(|l| l.take_reset_failure()) {
+                            Some(failure) => Err(failure.into_cache_error()),
+                            None => Ok(g),
+                        }
+                    }
+                };
+                // The global end reported here and the cache's own are
+                // both compared: the first below, the second in check_state.
+                self.compare_outcome(index, &expected, actual)?;
+            }
+        }
+        self.check_state(index)?;
+        if expected.error_kind().is_some() {
+            self.probe(index)?;
+        }
+        self.coverage
+            .observe_from(&before, &self.model, op, &expected);
+        Ok(expected)
+    }
+
+    pub(super) fn step_write(
+        &mut self,
+        index: usize,
+        w: &Write,
+        expected: &Outcome,
+    ) -> Result<(), Box<Divergence>> {
+        let config = self.model.config().clone();
+        let heads = payload_heads(w, config.heads);
+        let len = usize::try_from(w.len).unwrap_or(0);
+        let elements = config
+            .batch
+            .saturating_mul(len)
+            .saturating_mul(heads.len())
+            .saturating_mul(config.head_dim);
+        // A negative start only changes which rows the payload's values
+        // name; the payload keeps the request's shape.
+        let feasible = expected.error_kind().is_none()
+            || (elements <= REFUSED_PAYLOAD_LIMIT && heads.len() <= REFUSED_PAYLOAD_LIMIT);
+        let (start, len, heads) = if feasible {
+            (w.start.max(0) as u64, len, heads)
+        } else {
+            (0, 0, 0..config.heads)
+        };
+        let built = match self.value_check {
+            ValueCheck::InPlace => write_tensors(
+                &config,
+                &self.device,
+                index as u64,
+                start,
+                len,
+                heads.clone(),
+            ),
+            ValueCheck::Materialized => {
+                let payload = |kv| {
+                    write_tensor(
+                        &config,
+                        &self.device,
+                        kv,
+                        index as u64,
+                        start,
+                        len,
+                        heads.clone(),
+                    )
+                };
+                payload(Kv::K).and_then(|k| Ok((k, payload(Kv::V)?)))
+            }
+        };
+        let (k, v) = match built {
+            Ok(pair) => pair,
+            Err(e) => {
+                return Err(self.divergence(
+                    index,
+                    DivergenceKind::Backend,
+                    describe_outcome(expected),
+                    format!("building the payload failed: {e}"),
+                ))
+            }
+        };
+        let ring = self.cache.ring().is_some();
+        let actual = self.cache.write_segments(w, &k, &v);
+        let (view, effect) = match (actual, expected) {
+            (Ok(view), Outcome::Ok(effect)) => (view, effect.clone()),
+            (actual, expected) => {
+                let actual = actual.map(|view| view.global_end);
+                self.compare_outcome(index, expected, actual)?;
+                return Ok(());
+            }
+        };
+        let reported = if w.heads.is_some() {
+            heads
+        } else {
+            0..config.heads
+        };
+        let values = self.capabilities.values;
+        let checked = check_segmented(
+            &self.model,
+            &self.ops,
+            &self.device,
+            &view,
+            &effect,
+            reported,
+            values,
+            ring,
+            self.value_check,
+        );
+        drop(view);
+        match self.check_layout(checked) {
+            None => Ok(()),
+            Some((kind, actual, rows)) => {
+                let mut d = self.divergence(index, kind, describe_outcome(expected), actual);
+                d.rows = rows;
+                Err(d)
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Merging the reports of a campaign's shards: each kind's counts added,
+//! shard lists checked for overlaps.
+
+use crate::scale::Shard;
+use crate::triage::merge_findings;
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn check_shards(have: &[Shard], new: &[Shard]) -> Result<(), ReportError> {
+    for s in new {
+        if let Some(h) = have.iter().find(|h| h.count != s.count) {
+            return Err(ReportError::Mismatch(format!(
+                "shard {s} and shard {h} split the campaign differently"
+            )));
+        }
+        if have.contains(s) {
+            return Err(ReportError::Mismatch(format!("shard {s} appears twice")));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportError> {
+    if (a.seed, a.max_ops, &a.subject) != (b.seed, b.max_ops, &b.subject) {
+        return Err(ReportError::Mismatch(format!(
+            "run reports of different campaigns (seed {} vs {}, max ops {} vs {}, subject {} vs {})",
+            a.seed, b.seed, a.max_ops, b.max_ops, a.subject, b.subject
+        )));
+    }
+    check_shards(&a.shards, &b.shards)?;
+    a.shards.extend(b.shards);
+    a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
+    a.divergences.extend(b.divergences);
+    merge_findings(&mut a.findings, b.findings);
+    for p in b.profiles {
+        match a.profiles.iter_mut().find(|q| q.name == p.name) {
+            Some(q) => {
+                q.cases += p.cases;
+                q.ops += p.ops;
+                q.busy_s += p.busy_s;
+                q.divergences += p.divergences;
+                q.coverage.merge(&p.coverage);
+            }
+            None => a.profiles.push(p),
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn merge_explore(a: &mut ExploreSummary, b: ExploreSummary) -> Result<(), ReportError> {
+    if (a.depth, &a.subject) != (b.depth, &b.subject) {
+        return Err(ReportError::Mismatch(format!(
+            "explore reports of different campaigns (depth {} vs {}, subject {} vs {})",
+            a.depth, b.depth, a.subject, b.subject
+        )));
+    }
+    check_shards(&a.shards, &b.shards)?;
+    a.shards.extend(b.shards);
+    a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
+    a.configs.extend(b.configs);
+    merge_findings(&mut a.findings, b.findings);
+    for e in b.required {
+        if !a.required.contains(&e) {
+            a.required.push(e);
+        }
+    }
+    // The discovery of the earliest config in grid order, as one
+    // unsharded grid would report it.
+    a.discovery = match (a.discovery.take(), b.discovery) {
+        (Some(x), Some(y)) => Some(if y.index < x.index { y } else { x }),
+        (x, y) => x.or(y),
+    };
+    Ok(())
+}
+
+pub(super) fn merge_power(a: &mut PowerReport, b: PowerReport) -> Result<(), ReportError> {
+    if (a.seed, a.time_s, &a.cache, &a.engines) != (b.seed, b.time_s, &b.cache, &b.engines) {
+        return Err(ReportError::Mismatch(format!(
+            "power reports of different campaigns (seed {} vs {}, time {} s vs {} s, cache {} vs {}, engines {} vs {})",
+            a.seed,
+            b.seed,
+            a.time_s,
+            b.time_s,
+            a.cache,
+            b.cache,
+            a.engines.join(","),
+            b.engines.join(",")
+        )));
+    }
+    if a.table != b.table {
+        return Err(ReportError::Mismatch(format!(
+            "power reports of different tables ({} vs {})",
+            a.table.join(","),
+            b.table.join(",")
+        )));
+    }
+    check_shards(&a.shards, &b.shards)?;
+    if let Some(row) = b
+        .rows
+        .iter()
+        .find(|r| a.rows.iter().any(|q| q.index == r.index))
+    {
+        return Err(ReportError::Mismatch(format!(
+            "row {} ({}) appears in two reports",
+            row.index, row.fault
+        )));
+    }
+    a.shards.extend(b.shards);
+    a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
+    a.rows.extend(b.rows);
+    Ok(())
+}

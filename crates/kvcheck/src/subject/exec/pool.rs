@@ -1,0 +1,194 @@
+//! [`ExecSubject`]: the command, its settings, and the idle processes kept
+//! for the next case.
+
+use crate::subject::exact_kinds_from_env;
+use crate::subject::exec::Process;
+use crate::subject::timeout_from_env;
+use crate::subject::ExecCache;
+use crate::subject::Hello;
+use crate::subject::OpLink;
+use crate::subject::SubjectFailure;
+use crate::subject::STARTUP_TIMEOUT;
+use candle_core::Device;
+use kvmodel::{Config, Variant};
+use serde_json::json;
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A command that speaks kvcheck-subject/1, with its idle processes.
+pub struct ExecSubject {
+    pub(super) command: String,
+    pub(super) argv: Vec<String>,
+    pub(super) timeout: Duration,
+    pub(super) exact_kinds: bool,
+    pub(super) idle: Mutex<Vec<Process>>,
+    pub(super) hello: Mutex<Option<Hello>>,
+    pub(super) spawned: AtomicUsize,
+}
+
+impl fmt::Debug for ExecSubject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecSubject")
+            .field("command", &self.command)
+            .field("timeout", &self.timeout)
+            .field("exact_kinds", &self.exact_kinds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecSubject {
+    /// The subject `command_line` (split like a shell would). The timeout
+    /// defaults to `KVCHECK_SUBJECT_TIMEOUT` or 10 s, exact kinds to
+    /// `KVCHECK_EXACT_KINDS`. Nothing is spawned until it is needed.
+    pub fn new(command_line: &str) -> Result<ExecSubject, String> {
+        let argv = shell_words::split(command_line)
+            .map_err(|e| format!("cannot split the subject command {command_line:?}: {e}"))?;
+        if argv.is_empty() {
+            return Err(
+                "exec: needs a command, e.g. exec:'python3 adapters/reference_subject.py'".into(),
+            );
+        }
+        Ok(ExecSubject {
+            command: command_line.trim().to_string(),
+            argv,
+            timeout: timeout_from_env()?,
+            exact_kinds: exact_kinds_from_env(),
+            idle: Mutex::new(Vec::new()),
+            hello: Mutex::new(None),
+            spawned: AtomicUsize::new(0),
+        })
+    }
+
+    /// The same command with another response timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> ExecSubject {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The same command comparing error kinds exactly (`true`) or treating
+    /// every refusal and exception as agreeing with every refusal (`false`).
+    pub fn with_exact_kinds(mut self, exact: bool) -> ExecSubject {
+        self.exact_kinds = exact;
+        self
+    }
+
+    /// The command line as given.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// The response timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether error kinds must match exactly.
+    pub fn exact_kinds(&self) -> bool {
+        self.exact_kinds
+    }
+
+    /// Processes started so far (one per crash, timeout or protocol error,
+    /// plus one per case running at the same time).
+    pub fn spawned(&self) -> usize {
+        self.spawned.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn spawn(&self) -> Result<Process, SubjectFailure> {
+        let mut process = Process::spawn(&self.argv, self.timeout)?;
+        self.spawned.fetch_add(1, Ordering::Relaxed);
+        let hello = process.hello()?;
+        let mut known = self.hello.lock().unwrap_or_else(|e| e.into_inner());
+        match known.as_ref() {
+            None => *known = Some(hello),
+            Some(first) if *first != hello => {
+                let problem = format!(
+                    "a new process said hello differently: {:?}, the first said {:?}",
+                    hello, first
+                );
+                return Err(process.protocol(problem));
+            }
+            Some(_) => {}
+        }
+        Ok(process)
+    }
+
+    pub(super) fn take_process(&self) -> Result<Process, SubjectFailure> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match idle {
+            Some(process) => Ok(process),
+            None => self.spawn(),
+        }
+    }
+
+    pub(super) fn give_back(&self, process: Process) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(process);
+    }
+
+    /// The subject's `hello`, starting a process if none has said it yet.
+    pub fn hello(&self) -> Result<Hello, SubjectFailure> {
+        if let Some(hello) = self.hello.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(hello);
+        }
+        let process = self.spawn()?;
+        self.give_back(process);
+        Ok(self
+            .hello
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .expect("spawn records the hello"))
+    }
+
+    /// Opens a fresh cache for `config` in an idle process (or a new one).
+    pub fn open(self: &Arc<Self>, config: &Config, device: &Device) -> kvcache::Result<ExecCache> {
+        let hello = self.hello().map_err(SubjectFailure::into_cache_error)?;
+        let mut process = self
+            .take_process()
+            .map_err(SubjectFailure::into_cache_error)?;
+        let mut filled = config.clone();
+        if filled.variant == Variant::Packed {
+            filled.packed = Some(filled.packed_policy());
+        }
+        let timeout = if process.opened {
+            process.timeout
+        } else {
+            process.timeout.max(STARTUP_TIMEOUT)
+        };
+        let answer = process.call_within(&json!({"open": {"config": filled}}), timeout);
+        process.opened = true;
+        match answer {
+            Ok(body) => {
+                let cache = ExecCache {
+                    subject: Arc::clone(self),
+                    process: RefCell::new(Some(process)),
+                    config: config.clone(),
+                    device: device.clone(),
+                    global_end: 0,
+                    capacity: Cell::new(config.capacity as u64),
+                    resident_bytes: Cell::new(0),
+                    capabilities: hello.capabilities,
+                    link: Arc::new(OpLink {
+                        reports: hello.reports,
+                        ..OpLink::default()
+                    }),
+                };
+                // A fresh cache's state is compared too (before any op
+                // succeeds, e.g. after a first refused write).
+                cache.record_reports(&body)?;
+                Ok(cache)
+            }
+            Err(failure) => {
+                if !failure.is_misbehaviour() {
+                    self.give_back(process);
+                }
+                Err(failure.into_cache_error())
+            }
+        }
+    }
+}
