@@ -10,7 +10,8 @@ layer (`layer_idx = 0`) built from a one-layer `PretrainedConfig`:
 | open | `--cache dynamic`: `DynamicCache(config=cfg)`; `--cache static`: `StaticCache(config=cfg, max_cache_len=capacity)`; `--cache hqq`, `quanto`, `fp8`: `QuantizedCache(backend, cfg, ...)`. `cfg.layer_types` is `["sliding_attention"]` with `sliding_window = window` when the config's window is below its capacity (so the cache builds `DynamicSlidingWindowLayer` / `StaticSlidingWindowLayer`), else `["full_attention"]` (`DynamicLayer` / `StaticLayer` / the quantized layers). `DynamicCache` gets `activate_past_recording()`, as assisted decoding does, so that its sliding layer can be cropped |
 | write G, n (append) | `mask = create_causal_mask(...)` (or `create_sliding_window_causal_mask`) with `cache=`, eager attention, before the update, as a model builds its masks before its layers run; then `keys, values = cache.update(k, v, 0)` with `[B, H, n, D]` tensors |
 | write s, n with s < G <= s + n (rewrite of the tail) | `cache.crop(-(G - s))` then the append above: how assisted decoding drops rejected draft tokens and writes the accepted ones. Refused, as `generate()` refuses, when `cache.is_croppable` is false (`NotCroppable`) |
-| write G, 0 (the read-only probe) | no call: the rows the layer holds (`layer.keys`) that the same mask function lets a query at `G - 1` read |
+| write s, n with s + n < G (rewrite inside the stream) | the rows of `[s + n, G)` copied out of the layer's own tensors, the crop and append above, then those rows re-appended by the same calls (`Inexpressible` when the layer no longer holds them) |
+| write s, 0 (the read-only probe) | no call: the rows the layer holds (`layer.keys`) that the same mask function lets a query at `G - 1` read (quantized: a zero-length `update`) |
 | rewind to | `cache.crop(-(G - to))` under the same `is_croppable` check |
 | reset | `cache.reset()` |
 
@@ -18,9 +19,9 @@ The global end is the library's own `cache.get_seq_length(0)`.
 
 Visible means what attention reads: the columns of the returned keys that
 the mask's *last* row (the chunk's last query) admits, in the order the
-returned tensors hold them. A mask narrower than the returned keys is what
-eager attention slices it to (`mask[..., :K]`); a narrower key tensor than
-the mask cannot be attended and is raised as `MaskShapeMismatch`. K/V bytes
+returned tensors hold them. A mask wider than the returned keys is sliced
+to them, as eager attention does (`mask[..., :K]`); a mask narrower than the
+keys cannot be added to the scores and is raised as `MaskShapeMismatch`. K/V bytes
 are the library's returned tensors, those columns gathered (no arithmetic).
 
 Positions. The caches return tensors, not positions. Every cache except
@@ -39,9 +40,9 @@ What it cannot express is left out of its capabilities: `evict` and `pin`
 windows (a layer's window is fixed), the packed variant, `growth` on the
 static cache (it never grows), windows on the quantized cache
 (`QuantizedCache` refuses sliding layers), `rewind` on the quantized cache
-(not croppable). A write that starts past the global end, or a rewrite
-that ends before it, has no call (the cache appends at its own length): it
-is answered as an exception of type `Inexpressible` and changes nothing.
+(not croppable). A write that starts past the global end has no call (the
+cache appends at its own length): it is answered as an exception of type
+`Inexpressible` and changes nothing.
 Sinks have no counterpart: `sink` is ignored (docs/transformers.md lists
 what that changes).
 
