@@ -81,6 +81,11 @@ pub enum CacheFault {
     /// Dense: the view returned by a rewrite is the snapshot taken before the
     /// rows landed (a stale view).
     StaleViewAfterRewrite,
+    /// Dense: the roll runs over the flattened batch × slot axis (a
+    /// `torch.roll` without `dims`), so after a roll the oldest evictable
+    /// visible row of each batch row holds the next batch row's (the last
+    /// one wraps to the first). Invisible with one batch row.
+    RollCrossesBatch,
     /// Packed: a write with a head range returns every head (SPEC.md §8 D10).
     PackedReturnsEveryHead,
     /// Packed int8/int4: `keep_recent_chunks` counts the current chunk, so
@@ -99,7 +104,7 @@ pub enum CacheFault {
 
 impl CacheFault {
     /// Every fault of the zoo, dense ones first.
-    pub const ALL: [CacheFault; 21] = [
+    pub const ALL: [CacheFault; 22] = [
         CacheFault::SlotIgnoresSink,
         CacheFault::GapWriteAccepted,
         CacheFault::EvictedRewriteOnSink,
@@ -116,6 +121,7 @@ impl CacheFault {
         CacheFault::RefusalRolls,
         CacheFault::RollOneShort,
         CacheFault::StaleViewAfterRewrite,
+        CacheFault::RollCrossesBatch,
         CacheFault::PackedReturnsEveryHead,
         CacheFault::KeepRecentCountsCurrent,
         CacheFault::SinkChunkPacked,
@@ -142,6 +148,7 @@ impl CacheFault {
             CacheFault::RefusalRolls => "refusal-rolls",
             CacheFault::RollOneShort => "roll-one-short",
             CacheFault::StaleViewAfterRewrite => "stale-view-after-rewrite",
+            CacheFault::RollCrossesBatch => "roll-crosses-batch",
             CacheFault::PackedReturnsEveryHead => "packed-returns-every-head",
             CacheFault::KeepRecentCountsCurrent => "keep-recent-counts-current",
             CacheFault::SinkChunkPacked => "sink-chunk-packed",
@@ -169,6 +176,7 @@ impl CacheFault {
             CacheFault::RefusalRolls => "refused write has already rolled the buffer before it raises (SPEC D5)",
             CacheFault::RollOneShort => "roll moves one row too few: the oldest kept position shows its neighbour's row",
             CacheFault::StaleViewAfterRewrite => "view returned by a rewrite is the snapshot taken before the rows landed",
+            CacheFault::RollCrossesBatch => "roll over the flattened batch x slot axis: after a roll the oldest evictable row of each batch row shows the next batch row's",
             CacheFault::PackedReturnsEveryHead => "packed write with a head range returns every head (SPEC D10)",
             CacheFault::KeepRecentCountsCurrent => "keep_recent_chunks counts the current chunk: one chunk too many goes cold",
             CacheFault::SinkChunkPacked => "chunk starting below the sink quantized even without pack_sink",

@@ -13,6 +13,7 @@ use kvmodel::quant::cold_round_trip;
 use kvmodel::{format_ranges, Config, Op, Outcome, Quant, Variant};
 
 use crate::payload::{row, Kv, RowId};
+use crate::relation::Relation;
 use crate::trace::{Trace, TraceError, EXTENSION};
 
 /// What disagreed.
@@ -51,6 +52,12 @@ pub enum DivergenceKind {
     /// An external subject wrote a line that is not JSON, a response of the
     /// wrong shape or a payload of the wrong length.
     Protocol,
+    /// Two runs of the subject that a relation of SPEC.md §9 says must
+    /// look the same to a caller do not (no model involved).
+    Relation(Relation),
+    /// The subject and another implementation (`--oracle SUBJECT`) show a
+    /// caller different things at the same step.
+    Differential,
     /// The op needs a capability the subject lacks, so it was not sent.
     /// Engines never generate such ops and replay reports such traces as
     /// skipped; it reaches a report only from a caller that did not check.
@@ -76,6 +83,8 @@ impl DivergenceKind {
             DivergenceKind::Timeout => "timeout",
             DivergenceKind::Protocol => "protocol",
             DivergenceKind::Unsupported => "unsupported",
+            DivergenceKind::Relation(relation) => relation.kind_name(),
+            DivergenceKind::Differential => "differential",
         }
     }
 }
@@ -283,9 +292,15 @@ impl fmt::Display for Divergence {
         if start > 0 {
             writeln!(f, "ops:      … {start} earlier ops")?;
         }
-        for (i, op) in self.trace.ops.iter().enumerate().skip(start) {
+        // A relation's trace runs past the step (its transformations are
+        // drawn from the whole trace): the later ops are counted, not listed.
+        let end = (self.step + 1).min(self.trace.ops.len());
+        for (i, op) in self.trace.ops[..end].iter().enumerate().skip(start) {
             let marker = if i == self.step { "→" } else { " " };
             writeln!(f, "        {marker} {i:>4}: {op}")?;
+        }
+        if self.trace.ops.len() > end {
+            writeln!(f, "          … {} later ops", self.trace.ops.len() - end)?;
         }
         writeln!(f, "expected: {}", self.expected)?;
         writeln!(f, "actual:   {}", self.actual)?;

@@ -37,11 +37,12 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
 use crate::coverage::Coverage;
 use crate::lockstep::Lockstep;
+use crate::oracle::Oracle;
 use crate::strategy::{
     ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
 use crate::subject::{Capabilities, SubjectSpec};
-use kvmodel::Op;
+use kvmodel::{Config, Op};
 
 thread_local! {
     /// The subject of the suite or case running on this thread, with its
@@ -229,6 +230,10 @@ pub struct SuiteSettings {
     /// `KVCHECK_SUBJECT` (with `KVCHECK_SUBJECT_TIMEOUT` and
     /// `KVCHECK_EXACT_KINDS`); default: the shipped caches.
     pub subject: SubjectSpec,
+    /// `KVCHECK_ORACLE`: what the subject is checked against (default: the
+    /// model, op by op; `self` runs the relations of SPEC.md §9 on each
+    /// drawn sequence, `SUBJECT` another implementation).
+    pub oracle: Oracle,
 }
 
 impl SuiteSettings {
@@ -251,6 +256,7 @@ impl SuiteSettings {
             max_ops: var("KVCHECK_MAX_OPS")?.unwrap_or(40).max(1),
             seed: var("KVCHECK_SEED")?,
             subject: SubjectSpec::from_env()?,
+            oracle: Oracle::from_env()?,
         })
     }
 
@@ -288,6 +294,15 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
     if let Err(unsupported) = profile_support(F::PROFILE, &capabilities) {
         eprintln!("skipped: {unsupported}");
         return Ok(Coverage::default());
+    }
+    if !settings.oracle.is_model() {
+        let required = required_events(F::PROFILE, &capabilities);
+        return crate::oracle::check_cases(
+            F::PROFILE,
+            CASE_DRAWS[profile_index(F::PROFILE)],
+            settings,
+            &required,
+        );
     }
     with_subject(&settings.subject, Arc::clone(&capabilities), || {
         run_family::<F>(settings, &capabilities)
@@ -387,13 +402,13 @@ pub fn run_case<F: Family>(runner: &mut TestRunner, max_ops: usize) -> Result<Ca
 }
 
 /// Draws one op sequence of family `F` within `subject`'s capabilities
-/// from `runner` and checks it on `subject`. A profile the subject cannot
+/// from `runner`: its configuration and ops. A profile the subject cannot
 /// run at all is an error saying so.
-pub fn run_case_on<F: Family>(
+pub fn draw_case<F: Family>(
     runner: &mut TestRunner,
     max_ops: usize,
     subject: &SubjectSpec,
-) -> Result<CaseOutcome, String> {
+) -> Result<(Config, Vec<Op>), String> {
     use proptest::strategy::{Strategy as _, ValueTree as _};
     let capabilities = capabilities_of(subject)?;
     profile_support(F::PROFILE, &capabilities).map_err(|e| e.to_string())?;
@@ -405,8 +420,18 @@ pub fn run_case_on<F: Family>(
             .map(|tree| tree.current())
     })
     .map_err(|e| e.to_string())?;
-    let mut lockstep =
-        Lockstep::open(state.model.config(), subject, &Device::Cpu).map_err(|e| e.to_string())?;
+    Ok((state.model.config().clone(), transitions))
+}
+
+/// Draws one op sequence of family `F` within `subject`'s capabilities
+/// from `runner` ([`draw_case`]) and checks it on `subject`.
+pub fn run_case_on<F: Family>(
+    runner: &mut TestRunner,
+    max_ops: usize,
+    subject: &SubjectSpec,
+) -> Result<CaseOutcome, String> {
+    let (config, transitions) = draw_case::<F>(runner, max_ops, subject)?;
+    let mut lockstep = Lockstep::open(&config, subject, &Device::Cpu).map_err(|e| e.to_string())?;
     let mut outcome = CaseOutcome {
         ops_checked: 0,
         coverage: Coverage::default(),
@@ -422,6 +447,29 @@ pub fn run_case_on<F: Family>(
     outcome.coverage = lockstep.coverage().clone();
     Ok(outcome)
 }
+
+fn profile_index(profile: &Profile) -> usize {
+    PROFILES
+        .iter()
+        .position(|p| p.name == profile.name)
+        .expect("families name entries of PROFILES")
+}
+
+/// A case draw per entry of [`PROFILES`], in the same order.
+pub type CaseDraw = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), String>;
+
+/// [`draw_case`] for each profile, aligned with [`PROFILES`].
+pub const CASE_DRAWS: [CaseDraw; 9] = [
+    draw_case::<Tiny>,
+    draw_case::<Sinks>,
+    draw_case::<Window>,
+    draw_case::<Pins>,
+    draw_case::<Growth>,
+    draw_case::<MultiHead>,
+    draw_case::<BatchTwo>,
+    draw_case::<Half>,
+    draw_case::<Packed>,
+];
 
 /// A case runner per entry of [`PROFILES`], in the same order.
 pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, String>;

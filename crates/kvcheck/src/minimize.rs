@@ -33,6 +33,7 @@ use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant, Variant, Write};
 
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::lockstep::Lockstep;
+use crate::oracle::Oracle;
 use crate::subject::SubjectSpec;
 use crate::trace::Trace;
 
@@ -201,7 +202,9 @@ pub fn run_subject(config: &Config, ops: &[Op], subject: &SubjectSpec) -> Option
 }
 
 /// Shrinks the failing `trace` for `subject`, trying at most `max_tests`
-/// candidates. See the module docs for the passes and the guarantee.
+/// candidates. See the module docs for the passes and the guarantee. A
+/// trace that names its oracle ([`crate::trace::OracleTag`]) is shrunk
+/// against it; [`minimize_with`] chooses one.
 pub fn minimize(
     trace: &Trace,
     subject: SubjectSpec,
@@ -212,38 +215,65 @@ pub fn minimize(
 
 /// [`minimize`], where a candidate must also satisfy `keep` to count as the
 /// same failure: triage keeps a finer signature than [`Signature`], so that
-/// the minimized trace of one finding cannot drift to another.
+/// the minimized trace of one finding cannot drift to another. The trace's
+/// own oracle, if it names one, is used as by [`minimize`].
 pub fn minimize_keeping(
     trace: &Trace,
     subject: SubjectSpec,
     max_tests: usize,
     keep: impl Fn(&Divergence) -> bool + 'static,
 ) -> Result<Minimized, MinimizeError> {
-    let device = Device::Cpu;
-    let lockstep = Lockstep::open(&trace.config, &subject, &device)
+    let oracle = Oracle::for_trace(&Oracle::Model, trace.oracle.as_ref())
+        .map_err(|e| MinimizeError::Setup(format!("the trace's oracle: {e}")))?;
+    minimize_general(trace, subject, &oracle, max_tests, keep)
+}
+
+/// [`minimize`] against `oracle`. A relation failure keeps failing the same
+/// relation: both runs are rebuilt from every candidate, so they shrink
+/// together.
+pub fn minimize_with(
+    trace: &Trace,
+    subject: SubjectSpec,
+    oracle: &Oracle,
+    max_tests: usize,
+) -> Result<Minimized, MinimizeError> {
+    minimize_general(trace, subject, oracle, max_tests, |_| true)
+}
+
+fn minimize_general(
+    trace: &Trace,
+    subject: SubjectSpec,
+    oracle: &Oracle,
+    max_tests: usize,
+    keep: impl Fn(&Divergence) -> bool + 'static,
+) -> Result<Minimized, MinimizeError> {
+    let first = oracle
+        .check(&trace.config, &trace.ops, &subject)
         .map_err(|e| MinimizeError::Setup(e.to_string()))?;
-    lockstep
-        .capabilities()
-        .supports_trace(&trace.config, &trace.ops)
-        .map_err(|e| MinimizeError::Setup(e.to_string()))?;
-    drop(lockstep);
-    let divergence = run_subject(&trace.config, &trace.ops, &subject).ok_or_else(|| {
-        MinimizeError::DoesNotFail {
-            subject: subject.name(&trace.config),
-            ops: trace.ops.len(),
-        }
+    let divergence = first.ok_or_else(|| MinimizeError::DoesNotFail {
+        subject: subject.name(&trace.config),
+        ops: trace.ops.len(),
     })?;
+    // Only the relation that failed needs to keep failing.
+    let oracle = match (oracle, divergence.kind) {
+        (Oracle::Relations(None), DivergenceKind::Relation(r)) => Oracle::Relations(Some(r)),
+        (oracle, _) => oracle.clone(),
+    };
     let before = Size::of(&trace.config, &trace.ops);
     let mut state = Reducer {
         subject,
+        oracle,
         signature: Signature::of(&divergence),
         keep: Box::new(keep),
         config: trace.config.clone(),
-        ops: trace.ops[..=divergence.step].to_vec(),
+        ops: trace.ops.clone(),
         divergence,
         tests: 1,
         max_tests: max_tests.max(1),
     };
+    let (ops, divergence) = state.cut(&trace.config, &trace.ops, state.divergence.clone());
+    state.ops = ops;
+    state.divergence = divergence;
     let mut passes = Vec::new();
     loop {
         let start = state.size();
@@ -274,7 +304,12 @@ pub fn minimize_keeping(
         size: state.size(),
     });
     let after = state.size();
-    let mut trace_out = Trace::new(state.config.clone(), state.ops.clone()).with_model_expect();
+    let mut trace_out = Trace::new(state.config.clone(), state.ops.clone());
+    if state.oracle.is_model() {
+        trace_out = trace_out.with_model_expect();
+    } else {
+        trace_out.oracle = state.divergence.trace.oracle.clone();
+    }
     let origin = trace
         .note
         .as_deref()
@@ -303,6 +338,7 @@ pub fn minimize_keeping(
 /// The minimizer's working state: the smallest failing trace so far.
 struct Reducer {
     subject: SubjectSpec,
+    oracle: Oracle,
     signature: Signature,
     /// A further test of "the same failure" ([`minimize_keeping`]).
     keep: Box<dyn Fn(&Divergence) -> bool>,
@@ -318,6 +354,33 @@ impl Reducer {
         Size::of(&self.config, &self.ops)
     }
 
+    /// The candidate's divergence against the oracle, if any (a candidate
+    /// the subject cannot run counts as passing).
+    fn run(&self, config: &Config, ops: &[Op]) -> Option<Box<Divergence>> {
+        self.oracle.check(config, ops, &self.subject).ok().flatten()
+    }
+
+    /// `ops` cut after the divergence step, since later ops never matter
+    /// to the model's lockstep driver. A relation picks its transformations
+    /// from the whole trace, so there the cut is kept only when it still
+    /// fails the same way (one more test).
+    fn cut(
+        &mut self,
+        config: &Config,
+        ops: &[Op],
+        d: Box<Divergence>,
+    ) -> (Vec<Op>, Box<Divergence>) {
+        let cut = ops[..=d.step.min(ops.len() - 1)].to_vec();
+        if self.oracle.is_model() || cut.len() == ops.len() || self.exhausted() {
+            return (cut, d);
+        }
+        self.tests += 1;
+        match self.run(config, &cut) {
+            Some(shorter) if Signature::of(&shorter) == self.signature => (cut, shorter),
+            _ => (ops.to_vec(), d),
+        }
+    }
+
     fn exhausted(&self) -> bool {
         self.tests >= self.max_tests
     }
@@ -329,13 +392,13 @@ impl Reducer {
             return false;
         }
         self.tests += 1;
-        let Some(d) = run_subject(config, ops, &self.subject) else {
+        let Some(d) = self.run(config, ops) else {
             return false;
         };
         if Signature::of(&d) != self.signature || !(self.keep)(&d) {
             return false;
         }
-        let ops = ops[..=d.step].to_vec();
+        let (ops, d) = self.cut(config, ops, d);
         if Size::of(config, &ops) > self.size() {
             return false;
         }

@@ -233,6 +233,10 @@ pub fn explore_config(fault: CacheFault) -> Config {
             head_dim: 2,
             ..sink(3, 1)
         },
+        CacheFault::RollCrossesBatch => Config {
+            batch: 2,
+            ..sink(3, 1)
+        },
         CacheFault::PackedReturnsEveryHead => Config {
             heads: 2,
             ..packed(1, Quant::None, 0)

@@ -9,6 +9,8 @@ use serde::Serialize;
 
 use crate::divergence::{describe_outcome, Divergence};
 use crate::lockstep::{Lockstep, SetupError};
+use crate::oracle::Oracle;
+use crate::relation::NotChecked;
 use crate::subject::SubjectSpec;
 use crate::trace::Trace;
 
@@ -113,12 +115,27 @@ fn writers_note(expected: &Outcome, actual: &Outcome) -> String {
 
 /// Replays `trace` through the model, checks `expect` when present, and
 /// then, unless `subject` is `None`, runs `subject` in lockstep with the
-/// model. A divergence is saved under `failures` when given.
+/// model (or against the oracle the trace names). A divergence is saved
+/// under `failures` when given.
 pub fn replay(
     trace: &Trace,
     path: Option<&Path>,
     subject: Option<SubjectSpec>,
     failures: Option<&Path>,
+) -> ReplayReport {
+    replay_with(trace, path, subject, failures, &Oracle::Model)
+}
+
+/// [`replay`] against `oracle`: the model's lockstep driver, or, for
+/// another oracle (chosen here, or named by the trace when `oracle` is the
+/// model, see [`Oracle::for_trace`]), the subject checked whole against
+/// it. `expect` is checked against the model either way.
+pub fn replay_with(
+    trace: &Trace,
+    path: Option<&Path>,
+    subject: Option<SubjectSpec>,
+    failures: Option<&Path>,
+    oracle: &Oracle,
 ) -> ReplayReport {
     let mut model = Model::new(&trace.config).expect("a loaded trace has a valid config");
     let steps: Vec<StepRow> = trace
@@ -155,6 +172,29 @@ pub fn replay(
     let Some(subject) = subject else {
         return report;
     };
+    let oracle = match Oracle::for_trace(oracle, trace.oracle.as_ref()) {
+        Ok(oracle) => oracle,
+        Err(e) => {
+            report.setup_error = Some(format!("the trace's oracle: {e}"));
+            return report;
+        }
+    };
+    if !oracle.is_model() {
+        report.subject = Some(format!("{} (oracle {oracle})", subject.name(&trace.config)));
+        match oracle.check(&trace.config, &trace.ops, &subject) {
+            Err(NotChecked::Unsupported(e)) => report.skipped = Some(e.to_string()),
+            Err(e) => report.setup_error = Some(e.to_string()),
+            Ok(None) => {}
+            Ok(Some(mut divergence)) => {
+                if let Some(dir) = failures {
+                    // The report still stands if the copy cannot be written.
+                    let _ = divergence.save_in(dir);
+                }
+                report.divergence = Some(divergence);
+            }
+        }
+        return report;
+    }
     let device = Device::Cpu;
     let lockstep = Lockstep::open(&trace.config, &subject, &device).and_then(|lockstep| {
         lockstep

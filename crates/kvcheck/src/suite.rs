@@ -31,7 +31,8 @@ use kvmodel::Config;
 use crate::coverage::Coverage;
 use crate::explore::Explorer;
 use crate::machine::{SuiteSettings, SUITES};
-use crate::minimize::{max_tests_default, minimize, MinimizeError, Minimized};
+use crate::minimize::{max_tests_default, minimize_with, MinimizeError, Minimized};
+use crate::oracle::Oracle;
 use crate::strategy::{profile_support, PROFILES};
 use crate::subject::{Capabilities, Factory, SubjectSpec};
 use crate::trace::Trace;
@@ -147,14 +148,37 @@ pub fn save(
     max_tests: Option<usize>,
     path: &Path,
 ) -> Result<Saved, String> {
+    save_with(trace, subject, &Oracle::Model, max_tests, path)
+}
+
+/// [`save`] against `oracle` (or the one the trace names when `oracle` is
+/// the model). A trace checked against another oracle is stored with its
+/// `oracle` field and without `expect` (the model's outcomes say nothing
+/// about a cache checked against itself or another cache).
+pub fn save_with(
+    trace: &Trace,
+    subject: &SubjectSpec,
+    oracle: &Oracle,
+    max_tests: Option<usize>,
+    path: &Path,
+) -> Result<Saved, String> {
     let max_tests = max_tests.unwrap_or_else(max_tests_default);
-    let saved = match minimize(trace, subject.clone(), max_tests) {
+    let oracle = Oracle::for_trace(oracle, trace.oracle.as_ref())
+        .map_err(|e| format!("the trace's oracle: {e}"))?;
+    let saved = match minimize_with(trace, subject.clone(), &oracle, max_tests) {
         Ok(m) => Saved {
             trace: m.trace.clone(),
             minimized: Some(m),
         },
         Err(MinimizeError::DoesNotFail { .. }) => Saved {
-            trace: trace.clone().with_model_expect(),
+            trace: match oracle.tag() {
+                None => trace.clone().with_model_expect(),
+                tag => Trace {
+                    oracle: tag,
+                    expect: None,
+                    ..trace.clone()
+                },
+            },
             minimized: None,
         },
         Err(e) => return Err(e.to_string()),

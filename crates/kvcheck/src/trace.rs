@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use kvmodel::{CacheError, Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant};
 use serde::{Deserialize, Serialize};
 
+use crate::relation::Relation;
+
 /// The `format` tag of every kvtrace/1 file.
 pub const FORMAT: &str = "kvtrace/1";
 
@@ -26,6 +28,10 @@ pub struct Trace {
     /// Free text: where the trace came from, what it shows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the trace is checked against when not the model: its own
+    /// transformed runs (a relation) or another subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleTag>,
     /// A configuration that passed [`Config::validate`].
     pub config: Config,
     /// The operations, in order; op `i` is writer `i`.
@@ -33,6 +39,69 @@ pub struct Trace {
     /// One outcome per op, when present.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expect: Option<Vec<Outcome>>,
+}
+
+/// The version of the `oracle` field this reader understands. A reader
+/// refuses a larger one by name ([`TraceError::OracleVersion`]); a reader
+/// older than the field refuses any trace that has it, as an unknown field.
+pub const ORACLE_VERSION: u32 = 1;
+
+/// The optional top-level `oracle` field: a trace checked against
+/// something other than the model (`docs/relations.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OracleTag {
+    /// [`ORACLE_VERSION`] when written.
+    pub version: u32,
+    /// `self` (relations) or `subject` (another implementation).
+    pub kind: OracleKind,
+    /// With `self`: the relation that failed (absent: every relation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relation: Option<Relation>,
+    /// With `subject`: the other subject, as `--oracle` takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+/// What an [`OracleTag`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OracleKind {
+    /// The subject against its own transformed runs.
+    #[serde(rename = "self")]
+    SelfCheck,
+    /// The subject against another subject.
+    Subject,
+}
+
+impl OracleTag {
+    /// The tag of a relation failure.
+    pub fn relation(relation: Relation) -> OracleTag {
+        OracleTag {
+            version: ORACLE_VERSION,
+            kind: OracleKind::SelfCheck,
+            relation: Some(relation),
+            subject: None,
+        }
+    }
+
+    /// The tag of a trace checked by every relation.
+    pub fn all_relations() -> OracleTag {
+        OracleTag {
+            relation: None,
+            ..OracleTag::relation(Relation::RefusalPure)
+        }
+    }
+
+    /// The tag of a trace checked against `subject`.
+    pub fn subject(subject: &str) -> OracleTag {
+        OracleTag {
+            version: ORACLE_VERSION,
+            kind: OracleKind::Subject,
+            relation: None,
+            subject: Some(subject.to_string()),
+        }
+    }
 }
 
 /// Why a trace could not be loaded or saved.
@@ -71,6 +140,14 @@ pub enum TraceError {
         /// The `invalid_config` error naming the field.
         error: CacheError,
     },
+    /// The `oracle` field is of a newer version, or names no subject.
+    #[error("{origin}oracle: {problem}")]
+    Oracle {
+        /// `"path: "` or empty.
+        origin: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// `expect` does not have one outcome per op.
     #[error("{origin}expect has {expect} outcomes but there are {ops} ops")]
     ExpectLength {
@@ -96,6 +173,8 @@ struct RawTrace {
     format: String,
     #[serde(default)]
     note: Option<String>,
+    #[serde(default)]
+    oracle: Option<OracleTag>,
     config: RawConfig,
     ops: Vec<Op>,
     #[serde(default)]
@@ -209,6 +288,7 @@ impl Trace {
         Trace {
             format: FORMAT,
             note: None,
+            oracle: None,
             config,
             ops,
             expect: None,
@@ -247,6 +327,24 @@ impl Trace {
                 origin: origin(path),
                 error,
             })?;
+        if let Some(tag) = &raw.oracle {
+            let problem = if tag.version != ORACLE_VERSION {
+                Some(format!(
+                    "version {} is not understood by this reader (it reads version {ORACLE_VERSION})",
+                    tag.version
+                ))
+            } else if tag.kind == OracleKind::Subject && tag.subject.is_none() {
+                Some("kind subject names no subject".to_string())
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(TraceError::Oracle {
+                    origin: origin(path),
+                    problem,
+                });
+            }
+        }
         if let Some(expect) = &raw.expect {
             if expect.len() != raw.ops.len() {
                 return Err(TraceError::ExpectLength {
@@ -259,6 +357,7 @@ impl Trace {
         Ok(Trace {
             format: FORMAT,
             note: raw.note,
+            oracle: raw.oracle,
             config,
             ops: raw.ops,
             expect: raw.expect,

@@ -69,6 +69,7 @@ fn settings(cases: u32) -> SuiteSettings {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
+        oracle: kvcheck::oracle::Oracle::Model,
     }
 }
 

@@ -29,6 +29,7 @@ fn campaign(subject: SubjectSpec, profiles: &[&str], cases: u64, jobs: usize) ->
         jobs,
         shard: Shard::ALL,
         subject,
+        oracle: kvcheck::oracle::Oracle::Model,
     }
 }
 

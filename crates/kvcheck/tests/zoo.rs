@@ -19,6 +19,7 @@ fn default_budgets() -> SuiteSettings {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
+        oracle: kvcheck::oracle::Oracle::Model,
     }
 }
 
@@ -122,7 +123,7 @@ fn every_fault_is_caught_on_the_ring_and_the_generic_path() {
             .iter()
             .filter(|f| FaultBase::Ring.holds(f.variant()))
             .count(),
-        16
+        17
     );
 }
 

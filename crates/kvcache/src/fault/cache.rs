@@ -541,6 +541,28 @@ impl FaultyCache {
         }
     }
 
+    /// The oldest evictable visible row of batch row `b` replaced by that
+    /// of batch row `b + 1` (the last wraps to the first).
+    fn roll_crosses_batch(&self, view: Owned) -> Result<Owned> {
+        let first = (0..view.positions.len()).find(|&i| !self.is_protected(view.positions[i]));
+        let batch = view.k.dim(0)?;
+        let Some(i) = first.filter(|_| batch > 1) else {
+            return Ok(view);
+        };
+        let shifted = |t: &Tensor| -> Result<Tensor> {
+            let row = t.narrow(1, i, 1)?.contiguous()?;
+            let order: Vec<u32> = (0..batch as u32).map(|b| (b + 1) % batch as u32).collect();
+            let order = Tensor::from_vec(order, batch, t.device())?;
+            Ok(row.index_select(&order, 0)?)
+        };
+        let (k, v) = (shifted(&view.k)?, shifted(&view.v)?);
+        Ok(Owned {
+            k: rows::replace(&view.k, &[i], |_, _| Ok(k.clone()))?,
+            v: rows::replace(&view.v, &[i], |_, _| Ok(v.clone()))?,
+            ..view
+        })
+    }
+
     /// Bytes the extra cold rows no longer hold at full precision.
     fn extra_cold_savings(&self) -> u64 {
         if self.extra_cold.is_empty() {
@@ -583,10 +605,12 @@ impl KvCache for FaultyCache {
         let after = self.resident();
         let rolled = before.iter().any(|p| !after.contains(p));
         self.after_write(request, g, rolled);
-        let view = if self.fault == CacheFault::RollOneShort && rolled && self.active() {
-            self.roll_one_short(view)?
-        } else {
-            view
+        let view = match self.fault {
+            CacheFault::RollOneShort if rolled && self.active() => self.roll_one_short(view)?,
+            CacheFault::RollCrossesBatch if rolled && self.active() => {
+                self.roll_crosses_batch(view)?
+            }
+            _ => view,
         };
         Ok(self
             .disguise(view, request.recent_window.is_some())?

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use kvcheck::explain::html::render_html;
 use kvcheck::explain::{render_text, walk};
+use kvcheck::oracle::Oracle;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -26,6 +27,17 @@ pub fn run(args: Args) -> ExitCode {
         Ok(trace) => trace,
         Err(code) => return code,
     };
+    let mut trace = trace;
+    let oracle = match args.subject.oracle_for(&mut trace) {
+        Ok(oracle) => oracle,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    if !oracle.is_model() {
+        return side_by_side(&args, &trace, &oracle);
+    }
     match walk(&trace, args.subject.spec()) {
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());
@@ -45,6 +57,31 @@ pub fn run(args: Args) -> ExitCode {
             } else {
                 ExitCode::SUCCESS
             }
+        }
+    }
+}
+
+/// A trace checked against its own runs or another subject: both runs side
+/// by side and the first step where they part.
+fn side_by_side(args: &Args, trace: &kvcheck::trace::Trace, oracle: &Oracle) -> ExitCode {
+    let subject = args.subject.spec();
+    super::announce_oracle(oracle);
+    match oracle.find(&trace.config, &trace.ops, &subject) {
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            ExitCode::from(EXIT_INPUT)
+        }
+        Ok(None) => {
+            println!(
+                "no divergence: {} agrees with oracle {oracle} on all {} ops",
+                subject.name(&trace.config),
+                trace.ops.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Some(finding)) => {
+            print!("{}", kvcheck::relation::render(&finding));
+            ExitCode::from(EXIT_MISMATCH)
         }
     }
 }

@@ -160,6 +160,8 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_INPUT);
         }
     }
+    let oracle = args.subject.oracle();
+    super::announce_oracle(&oracle);
     let limit = args.time_limit.map(Duration::from_secs_f64);
     let jobs = args.jobs.unwrap_or_else(default_jobs);
     let bar = progress_bar(configs.len());
@@ -174,6 +176,7 @@ pub fn run(args: Args) -> ExitCode {
             .progress(bar.clone())
             .jobs(jobs)
             .keep_going(args.triage.keep_going)
+            .oracle(oracle.clone())
     };
     // One config: its frontier on every worker. A grid: the configs on
     // every worker (each config's frontier joins the same pool), results

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::minimize::{max_tests_default, minimize, Minimized};
+use kvcheck::minimize::{max_tests_default, minimize_with, Minimized};
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -28,9 +28,19 @@ pub fn run(args: Args) -> ExitCode {
     };
     let subject = args.subject.spec();
     super::announce(&subject);
-    let minimized = match minimize(
+    let mut trace = trace;
+    let oracle = match args.subject.oracle_for(&mut trace) {
+        Ok(oracle) => oracle,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
+    super::announce_oracle(&oracle);
+    let minimized = match minimize_with(
         &trace,
         subject,
+        &oracle,
         args.max_tests.unwrap_or_else(max_tests_default),
     ) {
         Ok(m) => m,

@@ -146,6 +146,15 @@ pub struct SubjectArgs {
     /// refusal agrees with any refusal].
     #[arg(long)]
     exact_kinds: bool,
+    /// What the subject is checked against: `model` (the reference model,
+    /// op by op), `self` (its own transformed runs: the relations of
+    /// SPEC.md §9, no model; `self:M9` checks one), or another subject in
+    /// any `--subject` form (differential: both run the same steps). A
+    /// trace that names its oracle is checked against it unless this is
+    /// given [default: the trace's oracle, else model]. See
+    /// docs/relations.md.
+    #[arg(long, env = "KVCHECK_ORACLE")]
+    oracle: Option<kvcheck::oracle::Oracle>,
 }
 
 impl SubjectArgs {
@@ -154,6 +163,49 @@ impl SubjectArgs {
         self.subject
             .clone()
             .with_exec_options(self.subject_timeout, self.exact_kinds)
+    }
+
+    /// The oracle chosen (the model when none is); another subject gets
+    /// the timeout and kinds options too.
+    pub fn oracle(&self) -> kvcheck::oracle::Oracle {
+        match &self.oracle {
+            None => kvcheck::oracle::Oracle::Model,
+            Some(kvcheck::oracle::Oracle::Subject(other)) => kvcheck::oracle::Oracle::Subject(
+                other
+                    .clone()
+                    .with_exec_options(self.subject_timeout, self.exact_kinds),
+            ),
+            Some(oracle) => oracle.clone(),
+        }
+    }
+
+    /// The oracle to check `trace` against: the one chosen, else the one
+    /// the trace names, else the model. A trace checked against an oracle
+    /// other than the one it names loses its `oracle` field here, so that
+    /// the engines do not pick it up again.
+    pub fn oracle_for(
+        &self,
+        trace: &mut kvcheck::trace::Trace,
+    ) -> Result<kvcheck::oracle::Oracle, String> {
+        let oracle = match &self.oracle {
+            Some(_) => self.oracle(),
+            None => kvcheck::oracle::Oracle::for_trace(
+                &kvcheck::oracle::Oracle::Model,
+                trace.oracle.as_ref(),
+            )
+            .map_err(|e| format!("the trace's oracle: {e}"))?,
+        };
+        if self.oracle.is_some() {
+            trace.oracle = oracle.tag();
+        }
+        Ok(oracle)
+    }
+}
+
+/// One line on stderr naming the oracle when it is not the model.
+pub fn announce_oracle(oracle: &kvcheck::oracle::Oracle) {
+    if !oracle.is_model() {
+        eprintln!("oracle {oracle} (no model: {})", oracle.describe());
     }
 }
 

@@ -8,6 +8,7 @@
 //! `--json` reports back together.
 
 mod fuzzer;
+mod relations;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,15 +65,32 @@ pub struct Args {
     /// of the table).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// `model` (the engines above), or `self` / `self:M9`: the zoo checked
+    /// by the relations of SPEC.md §9 alone, one column per relation (see
+    /// docs/relations.md).
+    #[arg(long, default_value = "model")]
+    oracle: kvcheck::oracle::Oracle,
+    /// With `--oracle self`: most cases drawn per fault and relation.
+    #[arg(long, default_value_t = 400)]
+    cases: u64,
 }
 
 pub fn run(args: Args) -> ExitCode {
-    match plan(&args) {
-        Ok((engines, targets)) => measure(&args, &engines, &targets),
-        Err(message) => {
-            eprintln!("error: {message}");
+    match (&args.oracle, plan(&args)) {
+        (kvcheck::oracle::Oracle::Relations(only), Ok((_, targets))) => {
+            relations::measure(&args, *only, &targets)
+        }
+        (kvcheck::oracle::Oracle::Subject(_), _) => {
+            eprintln!("error: power measures --oracle model or self");
             ExitCode::from(EXIT_INPUT)
         }
+        (_, plan) => match plan {
+            Ok((engines, targets)) => measure(&args, &engines, &targets),
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(EXIT_INPUT)
+            }
+        },
     }
 }
 
@@ -182,6 +200,7 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> ExitCode {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
+        oracle: kvcheck::oracle::Oracle::Model,
     };
     let cells: Vec<(usize, Engine)> = rows
         .iter()
@@ -249,7 +268,7 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> ExitCode {
 /// rayon pool: a rayon worker waiting for the explorer's own pool steals
 /// other cells meanwhile, which would charge one cell's seconds and time
 /// budget with another cell's work.
-fn in_parallel<C: Sync, T: Send>(
+pub(super) fn in_parallel<C: Sync, T: Send>(
     cells: &[C],
     jobs: usize,
     check: impl Fn(&C) -> T + Sync,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kvcheck::replay::{replay, ReplayReport};
+use kvcheck::replay::{replay_with, ReplayReport};
 use kvcheck::trace::{collect_trace_files, Trace};
 use serde_json::json;
 
@@ -44,13 +44,15 @@ pub fn run(args: Args) -> ExitCode {
     }
     let failures = failures_dir(args.out.clone());
     let subject = (!args.model_only).then(|| args.subject.spec());
+    let oracle = args.subject.oracle();
     if let Some(subject) = &subject {
         super::announce(subject);
+        super::announce_oracle(&oracle);
     }
     let (mut passed, mut failed, mut unreadable, mut skipped) = (0, 0, 0, 0);
     let mut json_results = Vec::new();
     for file in &files {
-        let trace = match Trace::load(file) {
+        let mut trace = match Trace::load(file) {
             Ok(trace) => trace,
             Err(e) => {
                 unreadable += 1;
@@ -62,7 +64,18 @@ pub fn run(args: Args) -> ExitCode {
                 continue;
             }
         };
-        let report = replay(&trace, Some(file), subject.clone(), Some(&failures));
+        // Unreadable `oracle` fields were refused by the loader already.
+        let oracle = args
+            .subject
+            .oracle_for(&mut trace)
+            .unwrap_or_else(|_| oracle.clone());
+        let report = replay_with(
+            &trace,
+            Some(file),
+            subject.clone(),
+            Some(&failures),
+            &oracle,
+        );
         if report.skipped.is_some() {
             skipped += 1;
         } else if report.passed() {

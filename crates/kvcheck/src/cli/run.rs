@@ -162,7 +162,9 @@ pub fn run(args: Args) -> ExitCode {
         jobs,
         shard: args.shard,
         subject: subject.clone(),
+        oracle: args.subject.oracle(),
     };
+    super::announce_oracle(&campaign.oracle);
     let outcome = match if args.triage.keep_going {
         campaign.run_triage(Some(&bar))
     } else {

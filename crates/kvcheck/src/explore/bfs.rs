@@ -43,6 +43,8 @@ use super::{ExploreReport, Explorer};
 use crate::coverage::Coverage;
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::lockstep::Lockstep;
+use crate::oracle::Oracle;
+use crate::subject::{Capabilities, SubjectSpec};
 use crate::triage::Triage;
 
 /// No parent: a node at depth 0.
@@ -88,6 +90,8 @@ pub(super) struct Bfs<'e> {
     /// Transitions merged so far, in frontier order: the key base of the
     /// next expansion's findings.
     merged_transitions: u64,
+    /// The subject's capabilities: the alphabet draws nothing else.
+    capabilities: Capabilities,
 }
 
 impl<'e> Bfs<'e> {
@@ -99,6 +103,10 @@ impl<'e> Bfs<'e> {
             coverage: Coverage::default(),
             report: ExploreReport::empty(explorer),
             merged_transitions: 0,
+            capabilities: explorer
+                .subject
+                .capabilities()
+                .unwrap_or_else(|_| Capabilities::full()),
         }
     }
 
@@ -120,7 +128,13 @@ impl<'e> Bfs<'e> {
     fn rebuild(&self, path: &[Op], replayed: &mut u64) -> Result<Lockstep, Box<Divergence>> {
         let e = self.explorer;
         let device = Device::Cpu;
-        let mut run = Lockstep::open(&e.config, &e.subject, &device)
+        // Another oracle than the model: the naive cache walks the states
+        // and each sequence is checked against the oracle in `expand`.
+        let walker = match e.oracle {
+            Oracle::Model => &e.subject,
+            _ => &SubjectSpec::Reference,
+        };
+        let mut run = Lockstep::open(&e.config, walker, &device)
             .map_err(|err| setup_divergence(e, err.to_string()))?;
         run.run(e.prefix.iter().chain(path))?;
         *replayed += (e.prefix.len() + path.len()) as u64;
@@ -274,7 +288,7 @@ impl<'e> Bfs<'e> {
         let ops = self
             .explorer
             .alphabet
-            .ops_for(run.model(), run.capabilities());
+            .ops_for(run.model(), &self.capabilities);
         let clean_len = run.ops().len();
         for op in ops {
             let before = run.model().clone();
@@ -302,11 +316,22 @@ impl<'e> Bfs<'e> {
             };
             x.coverage.observe(&before, run.model(), &op, &outcome);
             x.states += 1;
+            let failed = self.check_oracle(&path, op);
+            let diverged = failed.is_some();
+            if let Some(divergence) = failed {
+                if !self.explorer.keep_going {
+                    x.divergence = Some(divergence);
+                    return x;
+                }
+                let first = || format!("depth {}", depth + 1);
+                x.triage.record(x.transitions - 1, first, divergence);
+            }
             let there = fingerprint(run.model(), run.cache());
             if there == here {
                 continue;
             }
-            if !self.seen.contains(&there) {
+            // A state past a divergence is not expanded.
+            if !diverged && !self.seen.contains(&there) {
                 x.children.push((there, op));
             }
             run = match self.rebuild(&path, &mut x.replayed_steps) {
@@ -318,6 +343,18 @@ impl<'e> Bfs<'e> {
             };
         }
         x
+    }
+
+    /// With an oracle other than the model: the prefix, `path` and `op`
+    /// checked whole against it (a sequence the subject cannot run is no
+    /// divergence).
+    fn check_oracle(&self, path: &[Op], op: Op) -> Option<Box<Divergence>> {
+        let e = self.explorer;
+        if e.oracle.is_model() {
+            return None;
+        }
+        let ops: Vec<Op> = e.prefix.iter().chain(path).copied().chain([op]).collect();
+        e.oracle.check(&e.config, &ops, &e.subject).ok().flatten()
     }
 
     /// The divergence of `path` + `op` re-executed on a clean lockstep, when

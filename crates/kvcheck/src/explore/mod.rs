@@ -55,6 +55,7 @@ pub use alphabet::Alphabet;
 
 use crate::coverage::Coverage;
 use crate::divergence::Divergence;
+use crate::oracle::Oracle;
 use crate::subject::{Fault, SubjectSpec};
 
 /// Default depth: `KVCHECK_EXPLORE_DEPTH`, else 3.
@@ -77,6 +78,7 @@ pub struct Explorer {
     progress: Option<ProgressBar>,
     jobs: usize,
     keep_going: bool,
+    oracle: Oracle,
 }
 
 impl Explorer {
@@ -93,7 +95,18 @@ impl Explorer {
             progress: None,
             jobs: 1,
             keep_going: false,
+            oracle: Oracle::Model,
         }
+    }
+
+    /// What every explored sequence is checked against. Default: the model,
+    /// in lockstep. With another oracle the model (through the naive
+    /// reference cache) only walks the state space, and every sequence of
+    /// the search is checked whole against the oracle (a relation's
+    /// transformations, another subject).
+    pub fn oracle(mut self, oracle: Oracle) -> Explorer {
+        self.oracle = oracle;
+        self
     }
 
     /// Explores op sequences of at most `depth` ops (after the prefix).

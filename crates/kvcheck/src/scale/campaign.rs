@@ -26,7 +26,7 @@ use super::jobs::case_seed;
 use super::Shard;
 use crate::coverage::Coverage;
 use crate::divergence::Divergence;
-use crate::machine::CASE_RUNNERS;
+use crate::oracle::{run_case, Oracle};
 use crate::strategy::PROFILES;
 use crate::subject::SubjectSpec;
 use crate::triage::Triage;
@@ -48,8 +48,10 @@ pub struct Campaign {
     pub jobs: usize,
     /// The case indices this campaign runs.
     pub shard: Shard,
-    /// What is checked against the model.
+    /// What is checked.
     pub subject: SubjectSpec,
+    /// What it is checked against (the model, its own runs, another subject).
+    pub oracle: Oracle,
 }
 
 /// What a campaign did with one profile.
@@ -218,7 +220,13 @@ impl Campaign {
                 ..ProptestConfig::default()
             });
             let case_started = Instant::now();
-            let outcome = match CASE_RUNNERS[profile](&mut runner, self.max_ops, &self.subject) {
+            let outcome = match run_case(
+                profile,
+                &mut runner,
+                self.max_ops,
+                &self.subject,
+                &self.oracle,
+            ) {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     control.failed.store(true, Ordering::Relaxed);

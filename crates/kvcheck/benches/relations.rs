@@ -1,0 +1,96 @@
+//! The cost of relation checking against the model check, per op, measured
+//! in one run on the same cases.
+//!
+//! 30 cases of every profile are drawn once (fixed seed, at most 40 ops)
+//! and checked, round after round, against the model (`Oracle::Model`: the
+//! lockstep driver, each op once on the model and once on the shipped
+//! cache, every view compared bit for bit) and against the subject itself
+//! (`Oracle::Relations(None)`: the original run and every instance of
+//! M1–M10, each view read back as bytes and compared pair by pair). Rounds
+//! alternate so that load from other processes hits both alike.
+//!
+//! Printed: seconds per op sent to the cache under each oracle, and their
+//! ratio (the target is at most about 2×); and the ratio per trace, which
+//! also counts that the relations send each trace's ops to the cache once
+//! per transformed run. `KVCHECK_BENCH_SECONDS` (default 4) is the time
+//! per oracle. Run without `RUST_BACKTRACE`.
+
+use std::time::{Duration, Instant};
+
+use kvcheck::machine::CASE_DRAWS;
+use kvcheck::oracle::Oracle;
+use kvcheck::relation::Work;
+use kvcheck::subject::SubjectSpec;
+use kvcheck::{Config, Op};
+use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
+
+const CASES_PER_PROFILE: usize = 30;
+const MAX_OPS: usize = 40;
+
+fn cases() -> Vec<(Config, Vec<Op>)> {
+    let mut runner = TestRunner::new(ProptestConfig {
+        rng_seed: RngSeed::Fixed(3),
+        ..ProptestConfig::default()
+    });
+    let mut cases = Vec::new();
+    for draw in CASE_DRAWS {
+        for _ in 0..CASES_PER_PROFILE {
+            cases.push(draw(&mut runner, MAX_OPS, &SubjectSpec::Cache).expect("profiles draw"));
+        }
+    }
+    cases
+}
+
+/// One pass over every case: seconds, work, traces.
+fn pass(oracle: &Oracle, cases: &[(Config, Vec<Op>)]) -> (Duration, Work) {
+    let mut work = Work::default();
+    let started = Instant::now();
+    for (config, ops) in cases {
+        let found = oracle
+            .check_counted(config, ops, &SubjectSpec::Cache, &mut work)
+            .expect("the shipped caches run every profile");
+        assert!(found.is_none(), "the shipped cache diverged");
+    }
+    (started.elapsed(), work)
+}
+
+fn main() {
+    let seconds: f64 = std::env::var("KVCHECK_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4.0);
+    let cases = cases();
+    let oracles = [Oracle::Model, Oracle::Relations(None)];
+    let mut spent = [Duration::ZERO; 2];
+    let mut work = [Work::default(); 2];
+    let mut passes = [0usize; 2];
+    while spent.iter().any(|s| s.as_secs_f64() < seconds) {
+        for (i, oracle) in oracles.iter().enumerate() {
+            let (time, w) = pass(oracle, &cases);
+            spent[i] += time;
+            work[i].runs += w.runs;
+            work[i].ops += w.ops;
+            passes[i] += 1;
+        }
+    }
+    let per_op = |i: usize| spent[i].as_secs_f64() / work[i].ops as f64;
+    let per_trace = |i: usize| spent[i].as_secs_f64() / (passes[i] * cases.len()) as f64;
+    for (i, name) in ["model", "self"].iter().enumerate() {
+        println!(
+            "{name:<6} {} passes over {} traces: {:.2} s, {} runs, {} ops sent to the cache, {:.2} µs per op, {:.0} µs per trace",
+            passes[i],
+            cases.len(),
+            spent[i].as_secs_f64(),
+            work[i].runs,
+            work[i].ops,
+            per_op(i) * 1e6,
+            per_trace(i) * 1e6
+        );
+    }
+    println!(
+        "relations cost {:.2}x the model check per op ({:.1} runs per trace: {:.2}x per trace)",
+        per_op(1) / per_op(0),
+        work[1].runs as f64 / (passes[1] * cases.len()) as f64,
+        per_trace(1) / per_trace(0)
+    );
+}

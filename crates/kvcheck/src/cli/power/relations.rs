@@ -1,0 +1,121 @@
+//! `kvcheck power --oracle self`: the zoo checked by the relations alone,
+//! a column per relation, and why the faults no relation sees escape.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kvcheck::power::Target;
+use kvcheck::relation::power::{catch, invisible, SelfCatch};
+use kvcheck::relation::Relation;
+use kvcheck::scale::default_jobs;
+
+use super::{in_parallel, Args};
+use crate::cli::EXIT_MISMATCH;
+
+/// Longest op sequence of a drawn case.
+const MAX_OPS: usize = 40;
+
+pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> ExitCode {
+    let started = Instant::now();
+    let relations: Vec<Relation> = match only {
+        Some(r) => vec![r],
+        None => Relation::ALL.to_vec(),
+    };
+    let rows: Vec<usize> = (0..targets.len())
+        .filter(|&i| args.shard.contains(i))
+        .collect();
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    eprintln!(
+        "kvcheck power --oracle self: {} rows × {} relations, cache {}, seed {}, at most {} cases or {} s per cell, {jobs} workers",
+        rows.len(),
+        relations.len(),
+        args.cache,
+        args.seed,
+        args.cases,
+        args.time
+    );
+    let cells: Vec<(usize, Relation)> = rows
+        .iter()
+        .flat_map(|&i| relations.iter().map(move |&r| (i, r)))
+        .collect();
+    let budget = Duration::from_secs_f64(args.time);
+    let catches = in_parallel(&cells, jobs, |&(i, relation)| {
+        catch(
+            targets[i],
+            &[relation],
+            args.seed,
+            budget,
+            args.cases,
+            MAX_OPS,
+        )
+    });
+    let mut header = format!("{:<28}", "fault");
+    for r in &relations {
+        header.push_str(&format!(" {:>6}", r.id()));
+    }
+    println!("{header}   first catch: subject ops, minimized ops, replayed");
+    let mut false_positive = false;
+    let mut escaped = Vec::new();
+    for (row, chunk) in rows.iter().zip(catches.chunks(relations.len())) {
+        let target = targets[*row];
+        let mut line = format!("{:<28}", target.name());
+        for c in chunk {
+            let cell = match c.caught {
+                Some(_) => c.cases.to_string(),
+                None => "·".to_string(),
+            };
+            line.push_str(&format!(" {cell:>6}"));
+        }
+        match first(chunk) {
+            Some(c) => {
+                line.push_str(&format!(
+                    "   {} ops, {} ops, {}",
+                    c.work.ops,
+                    c.minimized_ops.map_or("-".to_string(), |n| n.to_string()),
+                    match c.replayed {
+                        Some(true) => "replays",
+                        Some(false) => "DOES NOT REPLAY",
+                        None => "-",
+                    }
+                ));
+                false_positive |= target.fault.is_none();
+            }
+            None => {
+                if let Some(fault) = target.fault {
+                    escaped.push((target.name(), invisible(fault)));
+                }
+            }
+        }
+        println!("{line}");
+    }
+    println!(
+        "\ncells: cases drawn until the relation failed (· none within {} cases or {} s); {:.1} s in all",
+        args.cases,
+        args.time,
+        started.elapsed().as_secs_f64()
+    );
+    if !escaped.is_empty() {
+        println!("\nno relation sees:");
+        for (name, why) in &escaped {
+            println!("  {name}: {why}");
+        }
+    }
+    let faults = rows.iter().filter(|&&i| targets[i].fault.is_some()).count();
+    println!(
+        "\n{} of {faults} faults caught by a relation",
+        faults - escaped.len()
+    );
+    if false_positive {
+        println!("FALSE POSITIVE: a relation failed on the correct cache");
+        return ExitCode::from(EXIT_MISMATCH);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The catch with the least subject work.
+fn first(catches: &[SelfCatch]) -> Option<&SelfCatch> {
+    catches
+        .iter()
+        .filter(|c| c.caught.is_some())
+        .min_by_key(|c| c.work.ops)
+}

@@ -1,0 +1,143 @@
+//! Two runs compared on what a caller sees, pair of steps by pair of steps.
+
+use kvmodel::Config;
+
+use super::observe::{Seen, Transcript, ViewBytes};
+use super::transform::{Pair, Part};
+
+/// What is compared beyond outcomes, global ends and visible positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compared {
+    /// View bytes (both subjects return values).
+    pub values: bool,
+    /// Refusal kinds (both subjects give SPEC.md kinds; otherwise every
+    /// refusal agrees with every refusal).
+    pub exact: bool,
+}
+
+/// The first pair of steps whose observations differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Index of the step in the original plan.
+    pub original: usize,
+    /// Index of the step in the transformed plan.
+    pub transformed: usize,
+    /// The original run's side, in words.
+    pub expected: String,
+    /// The transformed run's side, in words.
+    pub actual: String,
+}
+
+/// The first pair (in the order given) whose observations differ; pairs
+/// past the end of either transcript are not compared.
+pub fn first_mismatch(
+    config: &Config,
+    original: &Transcript,
+    transformed: &Transcript,
+    pairs: &[Pair],
+    compared: Compared,
+) -> Option<Mismatch> {
+    pairs.iter().find_map(|pair| {
+        let a = original.seen.get(pair.original)?;
+        let b = transformed.seen.get(pair.transformed)?;
+        differ(config, a, b, &pair.part, compared).map(|(expected, actual)| Mismatch {
+            original: pair.original,
+            transformed: pair.transformed,
+            expected,
+            actual,
+        })
+    })
+}
+
+fn differ(
+    config: &Config,
+    a: &Seen,
+    b: &Seen,
+    part: &Part,
+    compared: Compared,
+) -> Option<(String, String)> {
+    let apart = || Some((a.describe(), b.describe()));
+    match (a, b) {
+        (Seen::Refused { kind: x, .. }, Seen::Refused { kind: y, .. }) => {
+            (compared.exact && x != y).then(|| (a.describe(), b.describe()))
+        }
+        (Seen::Ok { global_end: x, .. }, Seen::Ok { global_end: y, .. }) if x != y => apart(),
+        (Seen::Ok { view: x, .. }, Seen::Ok { view: y, .. }) => match (x, y) {
+            (None, None) => None,
+            (Some(x), Some(y)) => views_differ(config, x, y, part, compared.values),
+            _ => apart(),
+        },
+        _ => apart(),
+    }
+}
+
+fn positions(view: &ViewBytes) -> String {
+    format!(
+        "ok G={} visible {}",
+        view.global_end,
+        kvmodel::format_ranges(view.positions.iter().copied())
+    )
+}
+
+fn views_differ(
+    config: &Config,
+    x: &ViewBytes,
+    y: &ViewBytes,
+    part: &Part,
+    values: bool,
+) -> Option<(String, String)> {
+    if x.global_end != y.global_end || x.positions != y.positions {
+        return Some((positions(x), positions(y)));
+    }
+    let heads = match part {
+        Part::Heads(heads) => heads.clone(),
+        _ => x.heads.clone(),
+    };
+    let covers = |view: &ViewBytes| view.heads.start <= heads.start && heads.end <= view.heads.end;
+    if !covers(x) || !covers(y) || (*part != Part::Heads(heads.clone()) && x.heads != y.heads) {
+        return Some((
+            format!("{} heads {:?}", positions(x), x.heads),
+            format!("{} heads {:?}", positions(y), y.heads),
+        ));
+    }
+    if !values {
+        return None;
+    }
+    let width = config.head_dim * config.dtype.size_bytes();
+    let len = x.positions.len();
+    let size = |view: &ViewBytes| config.batch * len * view.heads.len() * width;
+    for (name, xs, ys) in [("K", &x.k, &y.k), ("V", &x.v, &y.v)] {
+        if xs.len() != size(x) || ys.len() != size(y) {
+            return Some((
+                format!("{} with {name} of {} bytes", positions(x), xs.len()),
+                format!("{} with {name} of {} bytes", positions(y), ys.len()),
+            ));
+        }
+        let row = |view: &ViewBytes, bytes: &'_ [u8], batch: usize, i: usize, head: usize| {
+            let at = ((batch * len + i) * view.heads.len() + head - view.heads.start) * width;
+            bytes[at..at + width].to_vec()
+        };
+        for batch in 0..config.batch {
+            if *part == Part::ExceptBatch(batch) {
+                continue;
+            }
+            for (i, position) in x.positions.iter().enumerate() {
+                for head in heads.clone() {
+                    if *part == Part::ExceptHead(head) {
+                        continue;
+                    }
+                    if row(x, xs, batch, i, head) != row(y, ys, batch, i, head) {
+                        let place = format!(
+                            "{name} row {i} (position {position}, head {head}, batch {batch})"
+                        );
+                        return Some((
+                            format!("{}, {place}", positions(x)),
+                            format!("{}, but {place} holds other bytes", positions(y)),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,464 @@
+//! The transformed runs of each relation: from a trace and what its run
+//! showed, the plans that must show the same thing, and which of their
+//! steps correspond.
+//!
+//! Every parameter of a transformation comes from the original run as a
+//! caller saw it (global ends returned, refusals) and from the
+//! configuration, never from the model, so relations check caches whose
+//! contract the model does not implement.
+
+use std::ops::Range;
+
+use kvmodel::{Op, Quant, Variant, Write};
+
+use super::observe::{Payload, Plan, Salt, Step, Transcript, FRESH_SOURCE};
+use super::Relation;
+use crate::subject::{Capabilities, Feature, OpKind};
+
+/// How an original step's observation is compared with a transformed one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Everything.
+    Whole,
+    /// The transformed step reports only these heads: the original's view
+    /// is compared on them.
+    Heads(Range<usize>),
+    /// Every byte except those of this batch row.
+    ExceptBatch(usize),
+    /// Every byte except those of this head.
+    ExceptHead(usize),
+}
+
+/// Original step `original` corresponds to transformed step `transformed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pair {
+    /// Index in the original plan.
+    pub original: usize,
+    /// Index in the transformed plan.
+    pub transformed: usize,
+    /// What is compared.
+    pub part: Part,
+}
+
+/// One application of a relation: the transformed plan and the pairs.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    /// The relation.
+    pub relation: Relation,
+    /// What was done, in words (`without op 3`, `op 5 split at head 1`).
+    pub what: String,
+    /// The transformed plan.
+    pub plan: Plan,
+    /// Corresponding steps, in original order.
+    pub pairs: Vec<Pair>,
+}
+
+/// The instances of `relation` on `original` (whose run showed `run`), at
+/// most `limit` of them spread over the candidates (first and last first).
+pub fn instances(
+    relation: Relation,
+    original: &Plan,
+    run: &Transcript,
+    capabilities: &Capabilities,
+    limit: usize,
+) -> Vec<Instance> {
+    let candidates = candidates(relation, original, run, capabilities);
+    spread(candidates.len(), limit)
+        .into_iter()
+        .filter_map(|i| build(relation, original, run, candidates[i]))
+        .collect()
+}
+
+/// Up to `limit` indices of `0..n`: the first, the last, then evenly between.
+fn spread(n: usize, limit: usize) -> Vec<usize> {
+    if n <= limit {
+        return (0..n).collect();
+    }
+    let mut picked: Vec<usize> = match limit {
+        0 => Vec::new(),
+        1 => vec![0],
+        _ => (0..limit).map(|i| i * (n - 1) / (limit - 1)).collect(),
+    };
+    picked.dedup();
+    picked
+}
+
+fn is_write(step: &Step) -> Option<&Write> {
+    match &step.op {
+        Op::Write(w) => Some(w),
+        _ => None,
+    }
+}
+
+/// The candidate positions of `relation` in the original plan (a step
+/// index; M3 and M4 have one candidate, 0). Preconditions on the whole
+/// trace are checked here.
+fn candidates(
+    relation: Relation,
+    original: &Plan,
+    run: &Transcript,
+    capabilities: &Capabilities,
+) -> Vec<usize> {
+    let config = &original.config;
+    let steps = &original.steps;
+    let ok = |i: usize| run.seen.get(i).is_some_and(|s| !s.is_refused());
+    let indices = 0..steps.len().min(run.seen.len());
+    match relation {
+        Relation::ResetIsFresh => indices
+            .filter(|&i| steps[i].op == Op::Reset && ok(i))
+            .filter(|&i| !config.growth || run.capacity.get(i).is_some())
+            .collect(),
+        Relation::HeadSplit => {
+            if config.heads < 2 || !capabilities.has(Feature::HeadRanges) {
+                return Vec::new();
+            }
+            let all = [0, config.heads as i64];
+            indices
+                .filter(|&i| {
+                    is_write(&steps[i]).is_some_and(|w| w.heads.is_none_or(|h| h == all)) && ok(i)
+                })
+                .collect()
+        }
+        Relation::BatchRowsIndependent if config.batch >= 2 => vec![0],
+        Relation::HeadsIndependent if config.heads >= 2 => vec![0],
+        Relation::BatchRowsIndependent | Relation::HeadsIndependent => Vec::new(),
+        Relation::RewriteIdempotent => indices
+            .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 1) && ok(i))
+            .collect(),
+        Relation::ProbePure => indices.collect(),
+        Relation::ChunkingInvariant => {
+            if !chunking_applies(original, run) {
+                return Vec::new();
+            }
+            indices
+                .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 2))
+                .collect()
+        }
+        Relation::AppendRewound => {
+            if config.variant != Variant::Dense || !capabilities.has_op(OpKind::Rewind) {
+                return Vec::new();
+            }
+            indices
+                .filter(|&i| run.global_end_before(i + 1) < config.capacity as u64)
+                .collect()
+        }
+        Relation::RefusalPure => indices.filter(|&i| run.seen[i].is_refused()).collect(),
+        Relation::LastWriteWins => indices
+            .filter(|&i| {
+                let (Some(append), Some(rewrite)) =
+                    (is_write(&steps[i]), steps.get(i + 1).and_then(is_write))
+                else {
+                    return false;
+                };
+                append == rewrite
+                    && append.len >= 1
+                    && append.start >= 0
+                    && append.start as u64 == run.global_end_before(i)
+                    && ok(i)
+                    && ok(i + 1)
+            })
+            .collect(),
+    }
+}
+
+/// M7's precondition on the whole trace: dense, or packed without
+/// quantization; every write an append (`s = G` as the run showed it) of
+/// all heads' rows with no recent window, and accepted; no pin; packed
+/// traces hold nothing but appends and resets (a rewind target that is a
+/// chunk boundary in one run is not in the other).
+fn chunking_applies(original: &Plan, run: &Transcript) -> bool {
+    let config = &original.config;
+    let variant_ok = match config.variant {
+        Variant::Dense => true,
+        Variant::Packed => config.packed_policy().quant == Quant::None,
+    };
+    variant_ok
+        && run.seen.len() == original.steps.len()
+        && original
+            .steps
+            .iter()
+            .enumerate()
+            .all(|(i, step)| match &step.op {
+                Op::Write(w) => {
+                    w.recent_window.is_none()
+                        && w.start >= 0
+                        && w.start as u64 == run.global_end_before(i)
+                        && !run.seen[i].is_refused()
+                }
+                Op::Pin { .. } => false,
+                Op::Reset => true,
+                Op::Rewind { .. } | Op::Evict { .. } => config.variant == Variant::Dense,
+            })
+}
+
+/// The plan with `replacement` in place of step `at`; pairs shift the
+/// later steps by `replacement.len() - 1`.
+fn splice(original: &Plan, at: usize, replacement: Vec<Step>) -> (Plan, Vec<Pair>) {
+    let added = replacement.len();
+    let mut steps = original.steps[..at].to_vec();
+    steps.extend(replacement);
+    steps.extend_from_slice(&original.steps[at + 1..]);
+    let pairs = (0..original.steps.len())
+        .filter(|&i| i != at)
+        .map(|i| Pair {
+            original: i,
+            transformed: if i < at { i } else { i + added - 1 },
+            part: Part::Whole,
+        })
+        .collect();
+    (
+        Plan {
+            config: original.config.clone(),
+            steps,
+        },
+        pairs,
+    )
+}
+
+fn insert_pairs(mut pairs: Vec<Pair>, pair: Pair) -> Vec<Pair> {
+    let at = pairs
+        .iter()
+        .position(|p| p.original > pair.original)
+        .unwrap_or(pairs.len());
+    pairs.insert(at, pair);
+    pairs
+}
+
+fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Option<Instance> {
+    let config = &original.config;
+    let step = original.steps[at];
+    let n = original.steps.len();
+    let (what, plan, pairs) = match relation {
+        Relation::ResetIsFresh => {
+            let mut fresh = config.clone();
+            if let Some(&capacity) = run.capacity.get(at) {
+                // Growth moves the window with the capacity when they were
+                // equal (SPEC.md §3 step 7).
+                if config.window.is_none_or(|w| w == config.capacity) {
+                    fresh.window = None;
+                }
+                fresh.capacity = capacity;
+            }
+            fresh.validate().ok()?;
+            let plan = Plan {
+                config: fresh,
+                steps: original.steps[at + 1..].to_vec(),
+            };
+            let pairs = (at + 1..n)
+                .map(|i| Pair {
+                    original: i,
+                    transformed: i - at - 1,
+                    part: Part::Whole,
+                })
+                .collect();
+            (
+                format!(
+                    "the ops after the reset at op {at} on a fresh cache (capacity {})",
+                    plan.config.capacity
+                ),
+                plan,
+                pairs,
+            )
+        }
+        Relation::HeadSplit => {
+            let w = *is_write(&step)?;
+            let heads = config.heads as i64;
+            let h = heads / 2;
+            let part = |first: i64, count: i64| Step {
+                op: Op::Write(Write {
+                    heads: Some([first, count]),
+                    ..w
+                }),
+                payload: step.payload,
+            };
+            let (plan, pairs) = splice(original, at, vec![part(0, h), part(h, heads - h)]);
+            let pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at,
+                    part: Part::Heads(0..h as usize),
+                },
+            );
+            let pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at + 1,
+                    part: Part::Heads(h as usize..config.heads),
+                },
+            );
+            (
+                format!("op {at} written as heads [0, {h}) then [{h}, {heads})"),
+                plan,
+                pairs,
+            )
+        }
+        Relation::BatchRowsIndependent | Relation::HeadsIndependent => {
+            let (salt, part, what) = if relation == Relation::BatchRowsIndependent {
+                let b = config.batch - 1;
+                (
+                    Salt::Batch(b),
+                    Part::ExceptBatch(b),
+                    format!("every write with other rows in batch row {b}"),
+                )
+            } else {
+                let h = config.heads - 1;
+                (
+                    Salt::Head(h),
+                    Part::ExceptHead(h),
+                    format!("every write with other rows in head {h}"),
+                )
+            };
+            let mut plan = original.clone();
+            for step in &mut plan.steps {
+                step.payload.salt = Some(salt);
+            }
+            let pairs = (0..n)
+                .map(|i| Pair {
+                    original: i,
+                    transformed: i,
+                    part: part.clone(),
+                })
+                .collect();
+            (what, plan, pairs)
+        }
+        Relation::RewriteIdempotent => {
+            let (plan, pairs) = splice(original, at, vec![step, step]);
+            let mut pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at,
+                    part: Part::Whole,
+                },
+            );
+            pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at + 1,
+                    part: Part::Whole,
+                },
+            );
+            (format!("op {at} repeated with the same rows"), plan, pairs)
+        }
+        Relation::ProbePure => {
+            let g = run.global_end_before(at + 1);
+            let probe = Step {
+                op: Op::Write(Write::new(g as i64, 0)),
+                payload: Payload::of(FRESH_SOURCE - 1),
+            };
+            let (plan, pairs) = splice(original, at, vec![step, probe]);
+            let pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at,
+                    part: Part::Whole,
+                },
+            );
+            (
+                format!("a zero-length write at {g} added after op {at}"),
+                plan,
+                pairs,
+            )
+        }
+        Relation::ChunkingInvariant => {
+            let w = *is_write(&step)?;
+            let first = w.len / 2;
+            let head = Step {
+                op: Op::Write(Write { len: first, ..w }),
+                payload: step.payload,
+            };
+            let tail = Step {
+                op: Op::Write(Write {
+                    start: w.start + first,
+                    len: w.len - first,
+                    ..w
+                }),
+                payload: step.payload,
+            };
+            let (plan, pairs) = splice(original, at, vec![head, tail]);
+            let pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at + 1,
+                    part: Part::Whole,
+                },
+            );
+            (
+                format!("op {at} appended as {first} + {} rows", w.len - first),
+                plan,
+                pairs,
+            )
+        }
+        Relation::AppendRewound => {
+            let g = run.global_end_before(at + 1);
+            // |R| ≤ G (nothing past the global end is resident) and the
+            // capacity never shrinks, so n ≤ C₀ − G appends without
+            // eviction or growth.
+            let room = config.capacity as u64 - g;
+            let len = room.div_ceil(2).max(1);
+            let append = Step {
+                op: Op::Write(Write::new(g as i64, len as i64)),
+                payload: Payload::of(FRESH_SOURCE - 2),
+            };
+            let rewind = Step {
+                op: Op::Rewind { to: g as i64 },
+                payload: Payload::of(0),
+            };
+            let (plan, pairs) = splice(original, at, vec![step, append, rewind]);
+            let pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at,
+                    transformed: at,
+                    part: Part::Whole,
+                },
+            );
+            (
+                format!("write {g}+{len} then rewind {g} added after op {at}"),
+                plan,
+                pairs,
+            )
+        }
+        Relation::RefusalPure => {
+            let (plan, pairs) = splice(original, at, Vec::new());
+            (format!("without op {at}, which was refused"), plan, pairs)
+        }
+        Relation::LastWriteWins => {
+            // Op `at + 1` rewrites exactly the rows op `at` appended: drop
+            // it and let the append carry its rows.
+            let mut direct = step;
+            direct.payload = original.steps[at + 1].payload;
+            let (plan, pairs) = splice(original, at + 1, Vec::new());
+            let mut plan = plan;
+            plan.steps[at] = direct;
+            let mut pairs: Vec<Pair> = pairs.into_iter().filter(|p| p.original != at).collect();
+            pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: at + 1,
+                    transformed: at,
+                    part: Part::Whole,
+                },
+            );
+            (
+                format!(
+                    "op {at} appending the rows op {} rewrote, without it",
+                    at + 1
+                ),
+                plan,
+                pairs,
+            )
+        }
+    };
+    Some(Instance {
+        relation,
+        what,
+        plan,
+        pairs,
+    })
+}
