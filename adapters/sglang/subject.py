@@ -215,7 +215,10 @@ class Pair:
         if head_count < 0:
             raise Inexpressible("head count %d cannot be a tensor dimension" % head_count)
         if key is None or value is None:
-            raise kvcheck.AdapterError("no payload came for a write of %d tokens and %d heads" % (length, head_count))
+            if length * head_count != 0:
+                raise kvcheck.AdapterError("no payload came for a write of %d tokens and %d heads" % (length, head_count))
+            # A tensor without elements carries no values: the call a caller makes.
+            key = value = torch.zeros((self.batch, length, head_count, self.head_dim), dtype=self.dtype)
         tags = torch.arange(length, dtype=torch.float64) + (start + TAG_OFFSET)
         tag = tags.reshape(1, length, 1, 1).expand(1, length, head_count, 1).contiguous()
 

@@ -117,6 +117,15 @@ class SglangSubject(unittest.TestCase):
         self.assertTrue(response["exception"]["adapter"])
         self.assertIn("ok", self.write(2, 0, 1))
 
+    def test_a_write_of_zero_heads_needs_no_payload(self):
+        # D15 with one token: the payload of zero heads is empty, and
+        # sglang accepts the write and returns zero heads.
+        self.open(heads=2)
+        body = {"start": 0, "len": 1, "heads": [0, 0]}
+        response = self.subject.request({"op": {"write": body}, "index": 0})
+        self.assertEqual(response["ok"]["global_end"], 1)
+        self.assertEqual(response["ok"]["k"], "")
+
     def test_quantized_packed_configs_are_refused_at_open(self):
         full = kvtrace_replay.full_config({"variant": "packed", "capacity": 8})
         response = self.subject.request({"open": {"config": full}})

@@ -27,10 +27,11 @@ pub fn run(args: Args) -> ExitCode {
         Ok(trace) => trace,
         Err(code) => return code,
     };
-    let oracle = match Oracle::for_trace(&args.subject.oracle(), trace.oracle.as_ref()) {
+    let mut trace = trace;
+    let oracle = match args.subject.oracle_for(&mut trace) {
         Ok(oracle) => oracle,
         Err(e) => {
-            eprintln!("error: {}: the trace's oracle: {e}", args.file.display());
+            eprintln!("error: {}: {e}", args.file.display());
             return ExitCode::from(EXIT_INPUT);
         }
     };

@@ -175,8 +175,8 @@ pub fn run(args: Args) -> ExitCode {
             .time_limit(remaining)
             .progress(bar.clone())
             .jobs(jobs)
-            .oracle(oracle.clone())
             .keep_going(args.triage.keep_going)
+            .oracle(oracle.clone())
     };
     // One config: its frontier on every worker. A grid: the configs on
     // every worker (each config's frontier joins the same pool), results

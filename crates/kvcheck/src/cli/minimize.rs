@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kvcheck::minimize::{max_tests_default, minimize_with, Minimized};
-use kvcheck::oracle::Oracle;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
@@ -29,10 +28,11 @@ pub fn run(args: Args) -> ExitCode {
     };
     let subject = args.subject.spec();
     super::announce(&subject);
-    let oracle = match Oracle::for_trace(&args.subject.oracle(), trace.oracle.as_ref()) {
+    let mut trace = trace;
+    let oracle = match args.subject.oracle_for(&mut trace) {
         Ok(oracle) => oracle,
         Err(e) => {
-            eprintln!("error: {}: the trace's oracle: {e}", args.file.display());
+            eprintln!("error: {}: {e}", args.file.display());
             return ExitCode::from(EXIT_INPUT);
         }
     };

@@ -150,10 +150,11 @@ pub struct SubjectArgs {
     /// op by op), `self` (its own transformed runs: the relations of
     /// SPEC.md §9, no model; `self:M9` checks one), or another subject in
     /// any `--subject` form (differential: both run the same steps). A
-    /// trace that names its oracle is replayed against it when this is
-    /// `model`. See docs/relations.md.
-    #[arg(long, env = "KVCHECK_ORACLE", default_value = "model")]
-    oracle: kvcheck::oracle::Oracle,
+    /// trace that names its oracle is checked against it unless this is
+    /// given [default: the trace's oracle, else model]. See
+    /// docs/relations.md.
+    #[arg(long, env = "KVCHECK_ORACLE")]
+    oracle: Option<kvcheck::oracle::Oracle>,
 }
 
 impl SubjectArgs {
@@ -164,16 +165,40 @@ impl SubjectArgs {
             .with_exec_options(self.subject_timeout, self.exact_kinds)
     }
 
-    /// The oracle; another subject gets the timeout and kinds options too.
+    /// The oracle chosen (the model when none is); another subject gets
+    /// the timeout and kinds options too.
     pub fn oracle(&self) -> kvcheck::oracle::Oracle {
         match &self.oracle {
-            kvcheck::oracle::Oracle::Subject(other) => kvcheck::oracle::Oracle::Subject(
+            None => kvcheck::oracle::Oracle::Model,
+            Some(kvcheck::oracle::Oracle::Subject(other)) => kvcheck::oracle::Oracle::Subject(
                 other
                     .clone()
                     .with_exec_options(self.subject_timeout, self.exact_kinds),
             ),
-            oracle => oracle.clone(),
+            Some(oracle) => oracle.clone(),
         }
+    }
+
+    /// The oracle to check `trace` against: the one chosen, else the one
+    /// the trace names, else the model. A trace checked against an oracle
+    /// other than the one it names loses its `oracle` field here, so that
+    /// the engines do not pick it up again.
+    pub fn oracle_for(
+        &self,
+        trace: &mut kvcheck::trace::Trace,
+    ) -> Result<kvcheck::oracle::Oracle, String> {
+        let oracle = match &self.oracle {
+            Some(_) => self.oracle(),
+            None => kvcheck::oracle::Oracle::for_trace(
+                &kvcheck::oracle::Oracle::Model,
+                trace.oracle.as_ref(),
+            )
+            .map_err(|e| format!("the trace's oracle: {e}"))?,
+        };
+        if self.oracle.is_some() {
+            trace.oracle = oracle.tag();
+        }
+        Ok(oracle)
     }
 }
 

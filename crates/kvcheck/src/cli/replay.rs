@@ -52,7 +52,7 @@ pub fn run(args: Args) -> ExitCode {
     let (mut passed, mut failed, mut unreadable, mut skipped) = (0, 0, 0, 0);
     let mut json_results = Vec::new();
     for file in &files {
-        let trace = match Trace::load(file) {
+        let mut trace = match Trace::load(file) {
             Ok(trace) => trace,
             Err(e) => {
                 unreadable += 1;
@@ -64,6 +64,11 @@ pub fn run(args: Args) -> ExitCode {
                 continue;
             }
         };
+        // Unreadable `oracle` fields were refused by the loader already.
+        let oracle = args
+            .subject
+            .oracle_for(&mut trace)
+            .unwrap_or_else(|_| oracle.clone());
         let report = replay_with(
             &trace,
             Some(file),

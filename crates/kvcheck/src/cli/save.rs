@@ -49,7 +49,14 @@ pub fn run(args: Args) -> ExitCode {
     let subject = args.subject.spec();
     super::announce(&subject);
     let path = args.dir.join(format!("{}{EXTENSION}", args.name));
-    let oracle = args.subject.oracle();
+    let mut trace = trace;
+    let oracle = match args.subject.oracle_for(&mut trace) {
+        Ok(oracle) => oracle,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(EXIT_INPUT);
+        }
+    };
     super::announce_oracle(&oracle);
     match kvcheck::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path) {
         Ok(saved) => {

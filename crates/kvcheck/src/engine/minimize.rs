@@ -215,7 +215,8 @@ pub fn minimize(
 
 /// [`minimize`], where a candidate must also satisfy `keep` to count as the
 /// same failure: triage keeps a finer signature than [`Signature`], so that
-/// the minimized trace of one finding cannot drift to another.
+/// the minimized trace of one finding cannot drift to another. The trace's
+/// own oracle, if it names one, is used as by [`minimize`].
 pub fn minimize_keeping(
     trace: &Trace,
     subject: SubjectSpec,
@@ -224,7 +225,7 @@ pub fn minimize_keeping(
 ) -> Result<Minimized, MinimizeError> {
     let oracle = Oracle::for_trace(&Oracle::Model, trace.oracle.as_ref())
         .map_err(|e| MinimizeError::Setup(format!("the trace's oracle: {e}")))?;
-    minimize_with_keeping(trace, subject, &oracle, max_tests, keep)
+    minimize_general(trace, subject, &oracle, max_tests, keep)
 }
 
 /// [`minimize`] against `oracle`. A relation failure keeps failing the same
@@ -236,12 +237,10 @@ pub fn minimize_with(
     oracle: &Oracle,
     max_tests: usize,
 ) -> Result<Minimized, MinimizeError> {
-    minimize_with_keeping(trace, subject, oracle, max_tests, |_| true)
+    minimize_general(trace, subject, oracle, max_tests, |_| true)
 }
 
-/// [`minimize_with`] and [`minimize_keeping`] together: against `oracle`,
-/// keeping only candidates that `keep` accepts.
-pub fn minimize_with_keeping(
+fn minimize_general(
     trace: &Trace,
     subject: SubjectSpec,
     oracle: &Oracle,

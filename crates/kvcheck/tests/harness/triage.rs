@@ -249,3 +249,37 @@ fn cli_shards_merge_to_the_unsharded_findings() {
     assert_eq!(sig(&merged), sig(&whole));
     assert!(one.findings.len() + two.findings.len() >= merged.findings.len());
 }
+
+#[test]
+fn from_fuzz_triages_a_corpus_directory() {
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/dense_lockstep");
+    let out = scratch("triage-from-fuzz");
+    let (code, stdout, stderr) = kvcheck(&[
+        "from-fuzz",
+        "dense_lockstep",
+        corpus.to_str().unwrap(),
+        "--keep-going",
+        "--subject",
+        "fault:refuse-overlap",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 distinct findings in"), "{stdout}");
+    assert!(stdout.contains("ok → err non_sequential"), "{stdout}");
+    // The correct cache agrees on the whole corpus.
+    let (code, stdout, stderr) = kvcheck(&[
+        "from-fuzz",
+        "dense_lockstep",
+        corpus.to_str().unwrap(),
+        "--keep-going",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("0 distinct findings in 0 divergences"),
+        "{stdout}"
+    );
+}

@@ -87,11 +87,11 @@ pub(super) struct Bfs<'e> {
     seen: HashSet<u64>,
     coverage: Coverage,
     report: ExploreReport,
-    /// The subject's capabilities: the alphabet draws nothing else.
-    capabilities: Capabilities,
     /// Transitions merged so far, in frontier order: the key base of the
     /// next expansion's findings.
     merged_transitions: u64,
+    /// The subject's capabilities: the alphabet draws nothing else.
+    capabilities: Capabilities,
 }
 
 impl<'e> Bfs<'e> {
@@ -102,11 +102,11 @@ impl<'e> Bfs<'e> {
             seen: HashSet::new(),
             coverage: Coverage::default(),
             report: ExploreReport::empty(explorer),
+            merged_transitions: 0,
             capabilities: explorer
                 .subject
                 .capabilities()
                 .unwrap_or_else(|_| Capabilities::full()),
-            merged_transitions: 0,
         }
     }
 
@@ -316,15 +316,22 @@ impl<'e> Bfs<'e> {
             };
             x.coverage.observe(&before, run.model(), &op, &outcome);
             x.states += 1;
-            if let Some(divergence) = self.check_oracle(&path, op) {
-                x.divergence = Some(divergence);
-                return x;
+            let failed = self.check_oracle(&path, op);
+            let diverged = failed.is_some();
+            if let Some(divergence) = failed {
+                if !self.explorer.keep_going {
+                    x.divergence = Some(divergence);
+                    return x;
+                }
+                let first = || format!("depth {}", depth + 1);
+                x.triage.record(x.transitions - 1, first, divergence);
             }
             let there = fingerprint(run.model(), run.cache());
             if there == here {
                 continue;
             }
-            if !self.seen.contains(&there) {
+            // A state past a divergence is not expanded.
+            if !diverged && !self.seen.contains(&there) {
                 x.children.push((there, op));
             }
             run = match self.rebuild(&path, &mut x.replayed_steps) {

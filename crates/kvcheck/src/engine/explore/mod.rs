@@ -77,8 +77,8 @@ pub struct Explorer {
     time_limit: Option<Duration>,
     progress: Option<ProgressBar>,
     jobs: usize,
-    oracle: Oracle,
     keep_going: bool,
+    oracle: Oracle,
 }
 
 impl Explorer {
@@ -94,8 +94,8 @@ impl Explorer {
             time_limit: None,
             progress: None,
             jobs: 1,
-            oracle: Oracle::Model,
             keep_going: false,
+            oracle: Oracle::Model,
         }
     }
 
