@@ -100,7 +100,7 @@ impl Oracle {
         match self {
             Oracle::Model => "every op against the reference model".to_string(),
             Oracle::Relations(None) => {
-                "the subject against its own transformed runs, relations M1–M9".to_string()
+                "the subject against its own transformed runs, relations M1–M10".to_string()
             }
             Oracle::Relations(Some(r)) => format!("the subject against its own runs, relation {r}"),
             Oracle::Subject(other) => format!("every op against the subject {other}"),

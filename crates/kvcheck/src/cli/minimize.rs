@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use kvcheck::minimize::{max_tests_default, minimize_with, Minimized};
 
-
 use super::{EXIT_INPUT, EXIT_MISMATCH};
 
 #[derive(clap::Args, Debug)]

@@ -65,7 +65,10 @@ pub fn run(args: Args) -> ExitCode {
             }
         };
         // Unreadable `oracle` fields were refused by the loader already.
-        let oracle = args.subject.oracle_for(&mut trace).unwrap_or_else(|_| oracle.clone());
+        let oracle = args
+            .subject
+            .oracle_for(&mut trace)
+            .unwrap_or_else(|_| oracle.clone());
         let report = replay_with(
             &trace,
             Some(file),
