@@ -279,3 +279,51 @@ fn differential_checking_tells_a_fault_from_another_correct_cache() {
     assert_eq!(d.subject, "fault:roll-one-short against dense");
     assert!(d.expected.starts_with("dense: "), "{}", d.expected);
 }
+
+/// The same faults through the out-of-process path: the zoo served by
+/// `kvcheck serve` as an `exec:` subject (one process for the original and
+/// every transformed run), caught by the same relation, minimized and
+/// replayed.
+#[test]
+fn every_relation_catches_a_fault_through_an_exec_subject() {
+    use kvcheck::divergence::DivergenceKind;
+    use kvcheck::relation::power::catch_on;
+    use std::time::Duration;
+    let breaks = [
+        // An exec: subject reports no capacity, so M1 leaves growth out
+        // there (docs/relations.md): a packed fault breaks it instead.
+        (Relation::ResetIsFresh, "packed-returns-every-head"),
+        (Relation::HeadSplit, "head-start-ignored"),
+        (Relation::BatchRowsIndependent, "roll-crosses-batch"),
+        (Relation::HeadsIndependent, "head-start-ignored"),
+        (Relation::RewriteIdempotent, "stale-view-after-rewrite"),
+        (Relation::ProbePure, "chunk-over-protected"),
+        (Relation::ChunkingInvariant, "chunk-over-protected"),
+        (Relation::AppendRewound, "mutate-then-raise"),
+        (Relation::RefusalPure, "mutate-then-raise"),
+        (Relation::LastWriteWins, "roll-one-short"),
+    ];
+    for (relation, fault) in breaks {
+        let command = format!(
+            "exec:{} serve --subject fault:{fault}",
+            env!("CARGO_BIN_EXE_kvcheck")
+        );
+        let subject = SubjectSpec::parse(&command).unwrap();
+        let row = catch_on(&subject, &[relation], 1, Duration::from_secs(120), 400, 40);
+        assert_eq!(
+            row.caught,
+            Some(DivergenceKind::Relation(relation)),
+            "{relation} on {fault} through exec: {}",
+            row.note
+        );
+        assert!(
+            row.minimized_ops.is_some(),
+            "{relation} on {fault}: not minimized"
+        );
+        assert_eq!(
+            row.replayed,
+            Some(true),
+            "{relation} on {fault}: does not replay"
+        );
+    }
+}
