@@ -118,6 +118,41 @@ proptest::proptest! {
     }
 }
 
+/// A fault of the zoo that breaks each relation (names as `fault:NAME`
+/// takes them).
+const BREAKS: [(Relation, &str); 10] = [
+    (Relation::ResetIsFresh, "growth-keeps-window"),
+    (Relation::HeadSplit, "head-start-ignored"),
+    (Relation::BatchRowsIndependent, "roll-crosses-batch"),
+    (Relation::HeadsIndependent, "head-start-ignored"),
+    (Relation::RewriteIdempotent, "stale-view-after-rewrite"),
+    (Relation::ProbePure, "chunk-over-protected"),
+    (Relation::ChunkingInvariant, "chunk-over-protected"),
+    (Relation::AppendRewound, "mutate-then-raise"),
+    (Relation::RefusalPure, "mutate-then-raise"),
+    (Relation::LastWriteWins, "roll-one-short"),
+];
+
+/// Asserts that `row` is a catch by `relation`, minimized and replayed.
+fn assert_caught(row: &kvcheck::relation::power::SelfCatch, relation: Relation, what: &str) {
+    use kvcheck::divergence::DivergenceKind;
+    assert_eq!(
+        row.caught,
+        Some(DivergenceKind::Relation(relation)),
+        "{relation} on {what}: {}",
+        row.note
+    );
+    assert!(
+        row.minimized_ops.is_some(),
+        "{relation} on {what}: not minimized"
+    );
+    assert_eq!(
+        row.replayed,
+        Some(true),
+        "{relation} on {what}: does not replay"
+    );
+}
+
 /// Every relation has a fault of the zoo that breaks it: that relation
 /// alone catches it within a few hundred cases, the minimizer keeps the
 /// same relation failing, and the minimized trace replays from its file
@@ -125,44 +160,15 @@ proptest::proptest! {
 #[test]
 fn every_relation_catches_a_fault_of_the_zoo() {
     use kvcache::fault::{CacheFault, FaultBase};
-    use kvcheck::divergence::DivergenceKind;
     use kvcheck::power::Target;
     use kvcheck::relation::power::catch;
     use std::time::Duration;
-    let breaks = [
-        (Relation::ResetIsFresh, CacheFault::GrowthKeepsWindow),
-        (Relation::HeadSplit, CacheFault::HeadStartIgnored),
-        (Relation::BatchRowsIndependent, CacheFault::RollCrossesBatch),
-        (Relation::HeadsIndependent, CacheFault::HeadStartIgnored),
-        (
-            Relation::RewriteIdempotent,
-            CacheFault::StaleViewAfterRewrite,
-        ),
-        (Relation::ProbePure, CacheFault::ChunkOverProtected),
-        (Relation::ChunkingInvariant, CacheFault::ChunkOverProtected),
-        (Relation::AppendRewound, CacheFault::MutateThenRaise),
-        (Relation::RefusalPure, CacheFault::MutateThenRaise),
-        (Relation::LastWriteWins, CacheFault::RollOneShort),
-    ];
-    assert_eq!(breaks.len(), Relation::ALL.len());
-    for (relation, fault) in breaks {
+    assert_eq!(BREAKS.len(), Relation::ALL.len());
+    for (relation, fault) in BREAKS {
+        let fault = CacheFault::from_name(fault).expect("a fault of the zoo");
         let target = Target::fault(fault, FaultBase::Shipped);
         let row = catch(target, &[relation], 1, Duration::from_secs(120), 400, 40);
-        assert_eq!(
-            row.caught,
-            Some(DivergenceKind::Relation(relation)),
-            "{relation} on {fault}: {}",
-            row.note
-        );
-        assert!(
-            row.minimized_ops.is_some(),
-            "{relation} on {fault}: not minimized"
-        );
-        assert_eq!(
-            row.replayed,
-            Some(true),
-            "{relation} on {fault}: does not replay"
-        );
+        assert_caught(&row, relation, fault.name());
     }
 }
 
@@ -286,44 +292,21 @@ fn differential_checking_tells_a_fault_from_another_correct_cache() {
 /// replayed.
 #[test]
 fn every_relation_catches_a_fault_through_an_exec_subject() {
-    use kvcheck::divergence::DivergenceKind;
     use kvcheck::relation::power::catch_on;
     use std::time::Duration;
-    let breaks = [
+    for (relation, fault) in BREAKS {
         // An exec: subject reports no capacity, so M1 leaves growth out
         // there (docs/relations.md): a packed fault breaks it instead.
-        (Relation::ResetIsFresh, "packed-returns-every-head"),
-        (Relation::HeadSplit, "head-start-ignored"),
-        (Relation::BatchRowsIndependent, "roll-crosses-batch"),
-        (Relation::HeadsIndependent, "head-start-ignored"),
-        (Relation::RewriteIdempotent, "stale-view-after-rewrite"),
-        (Relation::ProbePure, "chunk-over-protected"),
-        (Relation::ChunkingInvariant, "chunk-over-protected"),
-        (Relation::AppendRewound, "mutate-then-raise"),
-        (Relation::RefusalPure, "mutate-then-raise"),
-        (Relation::LastWriteWins, "roll-one-short"),
-    ];
-    for (relation, fault) in breaks {
+        let fault = match relation {
+            Relation::ResetIsFresh => "packed-returns-every-head",
+            _ => fault,
+        };
         let command = format!(
             "exec:{} serve --subject fault:{fault}",
             env!("CARGO_BIN_EXE_kvcheck")
         );
         let subject = SubjectSpec::parse(&command).unwrap();
         let row = catch_on(&subject, &[relation], 1, Duration::from_secs(120), 400, 40);
-        assert_eq!(
-            row.caught,
-            Some(DivergenceKind::Relation(relation)),
-            "{relation} on {fault} through exec: {}",
-            row.note
-        );
-        assert!(
-            row.minimized_ops.is_some(),
-            "{relation} on {fault}: not minimized"
-        );
-        assert_eq!(
-            row.replayed,
-            Some(true),
-            "{relation} on {fault}: does not replay"
-        );
+        assert_caught(&row, relation, &format!("{fault} through exec"));
     }
 }

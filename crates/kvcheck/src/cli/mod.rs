@@ -208,6 +208,21 @@ impl SubjectArgs {
     }
 }
 
+/// [`SubjectArgs::oracle_for`] for a trace loaded from `file`, announced;
+/// an unreadable `oracle` field is printed and ends the command.
+pub fn trace_oracle(
+    args: &SubjectArgs,
+    trace: &mut kvcheck::trace::Trace,
+    file: &std::path::Path,
+) -> Result<kvcheck::oracle::Oracle, ExitCode> {
+    let oracle = args.oracle_for(trace).map_err(|e| {
+        eprintln!("error: {}: {e}", file.display());
+        ExitCode::from(EXIT_INPUT)
+    })?;
+    announce_oracle(&oracle);
+    Ok(oracle)
+}
+
 /// One line on stderr naming the oracle when it is not the model.
 pub fn announce_oracle(oracle: &kvcheck::oracle::Oracle) {
     if !oracle.is_model() {

@@ -13,16 +13,14 @@
 use std::time::{Duration, Instant};
 
 use kvcache::fault::CacheFault;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
 use super::{check, instances_from_env, Relation, Work};
 use crate::divergence::DivergenceKind;
 use crate::machine::CASE_DRAWS;
 use crate::minimize::minimize_with;
 use crate::oracle::Oracle;
-use crate::power::Target;
+use crate::power::{profile_runners, Target};
 use crate::replay::replay;
-use crate::strategy::{profile_support, PROFILES};
 use crate::subject::SubjectSpec;
 
 /// Candidates the minimizer may try per catch.
@@ -97,18 +95,7 @@ pub fn catch_on(
         row.note = "no capabilities".into();
         return row;
     };
-    let selected: Vec<usize> = (0..PROFILES.len())
-        .filter(|&i| profile_support(&PROFILES[i], &capabilities).is_ok())
-        .collect();
-    let mut runners: Vec<TestRunner> = selected
-        .iter()
-        .map(|&i| {
-            TestRunner::new(ProptestConfig {
-                rng_seed: RngSeed::Fixed(seed ^ (i as u64) << 32),
-                ..ProptestConfig::default()
-            })
-        })
-        .collect();
+    let (selected, mut runners) = profile_runners(&capabilities, seed);
     let limit = instances_from_env();
     while started.elapsed() < budget && row.cases < max_cases && !selected.is_empty() {
         for (slot, &profile) in selected.iter().enumerate() {
