@@ -148,6 +148,18 @@ pub fn invisible(fault: CacheFault) -> &'static str {
         CacheFault::ZeroLengthAdvances => {
             "a zero-length write past the global end moves it, in every run alike; M6 probes at the global end, not past it, so no transformation adds or removes such a write"
         }
+        CacheFault::WindowDoubleCountsSink => {
+            "the window shows S fewer recent positions than W allows, in every run alike: another window rule, consistent with itself"
+        }
+        CacheFault::PinLostOnMisalignedRoll => {
+            "whether the pin is lost depends on the chunk lengths against the pin's distance to the sink; the one relation that changes chunk lengths (M7) leaves pins out, and every other run rolls with the same steps"
+        }
+        CacheFault::PinDuplicatedInView => {
+            "the pinned range is listed twice in every view of every run: a consistent view rule that only the model calls wrong"
+        }
+        CacheFault::EvictRemovesSink => {
+            "eviction drops the first sink position in every run alike (M8 and M9 add or remove no eviction): consistent with itself"
+        }
         CacheFault::GapWriteAccepted => {
             "a write past the global end is accepted in every run alike: a different contract, consistent with itself"
         }
