@@ -100,7 +100,7 @@ impl Oracle {
         match self {
             Oracle::Model => "every op against the reference model".to_string(),
             Oracle::Relations(None) => {
-                "the subject against its own transformed runs, relations M1–M9".to_string()
+                "the subject against its own transformed runs, relations M1–M10".to_string()
             }
             Oracle::Relations(Some(r)) => format!("the subject against its own runs, relation {r}"),
             Oracle::Subject(other) => format!("every op against the subject {other}"),
@@ -156,20 +156,12 @@ impl Oracle {
                 work.ops += lockstep.ops().len();
                 Ok(result)
             }
-            Oracle::Relations(only) => {
-                let all = Relation::ALL;
-                let relations = match only {
-                    Some(r) => std::slice::from_ref(r),
-                    None => &all[..],
-                };
-                relation::check(config, ops, subject, relations, instances_from_env(), work)
-            }
-            Oracle::Subject(other) => relation::differential(config, ops, subject, other, work),
+            other => Ok(other
+                .find_counted(config, ops, subject, work)?
+                .map(|f| f.divergence)),
         }
     }
-}
 
-impl Oracle {
     /// For an oracle other than the model: the failure of `ops` with both
     /// runs, for a side-by-side explanation (`None` when it passes). The
     /// model's walk is [`crate::explain::walk`].
@@ -179,7 +171,16 @@ impl Oracle {
         ops: &[Op],
         subject: &SubjectSpec,
     ) -> Result<Option<Finding>, NotChecked> {
-        let mut work = Work::default();
+        self.find_counted(config, ops, subject, &mut Work::default())
+    }
+
+    fn find_counted(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+        work: &mut Work,
+    ) -> Result<Option<Finding>, NotChecked> {
         match self {
             Oracle::Model => Err(NotChecked::Setup(
                 "the model's walk is explain::walk".to_string(),
@@ -190,17 +191,10 @@ impl Oracle {
                     Some(r) => std::slice::from_ref(r),
                     None => &all[..],
                 };
-                relation::find(
-                    config,
-                    ops,
-                    subject,
-                    relations,
-                    instances_from_env(),
-                    &mut work,
-                )
+                relation::find(config, ops, subject, relations, instances_from_env(), work)
             }
             Oracle::Subject(other) => {
-                relation::find_differential(config, ops, subject, other, &mut work)
+                relation::find_differential(config, ops, subject, other, work)
             }
         }
     }

@@ -11,7 +11,8 @@ use crate::Result;
 pub fn select(t: &Tensor, which: &[usize]) -> Result<Tensor> {
     let index: Vec<u32> = which.iter().map(|&i| i as u32).collect();
     let index = Tensor::from_vec(index, which.len(), t.device())?;
-    Ok(t.index_select(&index, 1)?)
+    // index_select reads contiguous storage only; views may be narrows.
+    Ok(t.contiguous()?.index_select(&index, 1)?)
 }
 
 /// `t` with each row `i` listed in `which` replaced by `f(i, row)` (a
@@ -54,7 +55,7 @@ pub fn nibbles_swapped(row: &Tensor) -> Result<Tensor> {
         })
         .collect();
     let index = Tensor::from_vec(order, d, row.device())?;
-    Ok(row.index_select(&index, 3)?)
+    Ok(row.contiguous()?.index_select(&index, 3)?)
 }
 
 /// A cold row dequantized as `code / (1 / scale)` instead of `code * scale`:

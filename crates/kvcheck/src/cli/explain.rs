@@ -28,12 +28,9 @@ pub fn run(args: Args) -> ExitCode {
         Err(code) => return code,
     };
     let mut trace = trace;
-    let oracle = match args.subject.oracle_for(&mut trace) {
+    let oracle = match super::trace_oracle(&args.subject, &mut trace, &args.file) {
         Ok(oracle) => oracle,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
     if !oracle.is_model() {
         return side_by_side(&args, &trace, &oracle);
@@ -65,7 +62,6 @@ pub fn run(args: Args) -> ExitCode {
 /// by side and the first step where they part.
 fn side_by_side(args: &Args, trace: &kvcheck::trace::Trace, oracle: &Oracle) -> ExitCode {
     let subject = args.subject.spec();
-    super::announce_oracle(oracle);
     match oracle.find(&trace.config, &trace.ops, &subject) {
         Err(e) => {
             eprintln!("error: {}: {e}", args.file.display());

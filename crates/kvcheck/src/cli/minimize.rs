@@ -29,14 +29,10 @@ pub fn run(args: Args) -> ExitCode {
     let subject = args.subject.spec();
     super::announce(&subject);
     let mut trace = trace;
-    let oracle = match args.subject.oracle_for(&mut trace) {
+    let oracle = match super::trace_oracle(&args.subject, &mut trace, &args.file) {
         Ok(oracle) => oracle,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
-    super::announce_oracle(&oracle);
     let minimized = match minimize_with(
         &trace,
         subject,

@@ -13,6 +13,7 @@ mod power_table;
 mod replay;
 mod run;
 mod save;
+mod serve;
 mod triage;
 
 use std::path::PathBuf;
@@ -80,6 +81,11 @@ enum Command {
         after_help = "Examples:\n  kvcheck save target/kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
     )]
     Save(save::Args),
+    /// Serve an in-process subject over kvcheck-subject/1 on stdin/stdout (an exec: subject of it).
+    #[command(
+        after_help = "Examples:\n  kvcheck run --subject exec:'kvcheck serve --subject fault:refusal-rolls' --oracle self\n  kvcheck replay tests/vectors --subject exec:'kvcheck serve --subject cache:ring'\n\nExit status: 0 at end of input or close, 2 an exec: subject given."
+    )]
+    Serve(serve::Args),
     /// Walk through a trace step by step: resident strip, view, slot layout, the divergence.
     #[command(
         after_help = "Examples:\n  kvcheck explain small.kvtrace.json --subject fault:stale-rewrite\n\nExit status: 0 no divergence, 1 a divergence, 2 unreadable input."
@@ -109,6 +115,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Explore(args) => explore::run(args),
         Command::Minimize(args) => minimize::run(args),
         Command::Save(args) => save::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Explain(args) => explain::run(args),
         #[cfg(feature = "arbitrary")]
         Command::FromFuzz(args) => from_fuzz::run(args),
@@ -200,6 +207,21 @@ impl SubjectArgs {
         }
         Ok(oracle)
     }
+}
+
+/// [`SubjectArgs::oracle_for`] for a trace loaded from `file`, announced;
+/// an unreadable `oracle` field is printed and ends the command.
+pub fn trace_oracle(
+    args: &SubjectArgs,
+    trace: &mut kvcheck::trace::Trace,
+    file: &std::path::Path,
+) -> Result<kvcheck::oracle::Oracle, ExitCode> {
+    let oracle = args.oracle_for(trace).map_err(|e| {
+        eprintln!("error: {}: {e}", file.display());
+        ExitCode::from(EXIT_INPUT)
+    })?;
+    announce_oracle(&oracle);
+    Ok(oracle)
 }
 
 /// One line on stderr naming the oracle when it is not the model.

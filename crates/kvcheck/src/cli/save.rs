@@ -50,14 +50,10 @@ pub fn run(args: Args) -> ExitCode {
     super::announce(&subject);
     let path = args.dir.join(format!("{}{EXTENSION}", args.name));
     let mut trace = trace;
-    let oracle = match args.subject.oracle_for(&mut trace) {
+    let oracle = match super::trace_oracle(&args.subject, &mut trace, &args.file) {
         Ok(oracle) => oracle,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Err(code) => return code,
     };
-    super::announce_oracle(&oracle);
     match kvcheck::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path) {
         Ok(saved) => {
             match &saved.minimized {

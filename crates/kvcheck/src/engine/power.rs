@@ -31,7 +31,7 @@ use crate::explore::Explorer;
 use crate::machine::{SuiteSettings, CASE_RUNNERS};
 use crate::minimize::minimize;
 use crate::strategy::{profile_support, PROFILES};
-use crate::subject::SubjectSpec;
+use crate::subject::{Capabilities, SubjectSpec};
 
 /// The deepest exploration the `explore` engine tries.
 pub const EXPLORE_DEPTH: usize = 4;
@@ -298,21 +298,10 @@ pub fn run(target: Target, seed: u64, budget: Duration, max_ops: usize) -> Catch
     let Ok(capabilities) = subject.capabilities() else {
         return Catch::escaped(0, started, "no capabilities");
     };
-    let selected: Vec<usize> = (0..PROFILES.len())
-        .filter(|&i| profile_support(&PROFILES[i], &capabilities).is_ok())
-        .collect();
+    let (selected, mut runners) = profile_runners(&capabilities, seed);
     if selected.is_empty() {
         return Catch::escaped(0, started, "no profile fits the subject");
     }
-    let mut runners: Vec<TestRunner> = selected
-        .iter()
-        .map(|&i| {
-            TestRunner::new(ProptestConfig {
-                rng_seed: RngSeed::Fixed(seed ^ (i as u64) << 32),
-                ..ProptestConfig::default()
-            })
-        })
-        .collect();
     let mut cases = 0u64;
     while started.elapsed() < budget {
         for (slot, &profile) in selected.iter().enumerate() {
@@ -328,6 +317,25 @@ pub fn run(target: Target, seed: u64, budget: Duration, max_ops: usize) -> Catch
         }
     }
     Catch::escaped(cases, started, "time budget spent")
+}
+
+/// The profiles a subject with `capabilities` can run (indices into
+/// [`PROFILES`]) and a runner for each, seeded from `seed` and the
+/// profile: the `run` engine's draws, round robin.
+pub fn profile_runners(capabilities: &Capabilities, seed: u64) -> (Vec<usize>, Vec<TestRunner>) {
+    let selected: Vec<usize> = (0..PROFILES.len())
+        .filter(|&i| profile_support(&PROFILES[i], capabilities).is_ok())
+        .collect();
+    let runners = selected
+        .iter()
+        .map(|&i| {
+            TestRunner::new(ProptestConfig {
+                rng_seed: RngSeed::Fixed(seed ^ (i as u64) << 32),
+                ..ProptestConfig::default()
+            })
+        })
+        .collect();
+    (selected, runners)
 }
 
 /// Breadth-first exploration of [`Target::explore_config`], one depth at a

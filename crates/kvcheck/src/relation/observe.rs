@@ -15,7 +15,6 @@ use kvcache::KvCache;
 use kvmodel::{Config, Dtype, ErrorKind, Op, Write};
 
 use crate::divergence::DivergenceKind;
-use crate::lockstep::valid_heads;
 use crate::payload::{row_bits, RowId};
 use crate::subject::{tensor_bytes, SubjectFailure, SubjectSpec};
 
@@ -289,7 +288,7 @@ fn write(
     w: &Write,
     payload: Payload,
 ) -> kvcache::Result<ViewBytes> {
-    let heads = valid_heads(w, config.heads).unwrap_or(0..config.heads);
+    let heads = payload_heads(w, config.heads);
     let len = usize::try_from(w.len).unwrap_or(0);
     let elements = config
         .batch
@@ -316,6 +315,22 @@ fn write(
         k: tensor_bytes(&view.k.to_contiguous()?)?,
         v: tensor_bytes(&view.v.to_contiguous()?)?,
     })
+}
+
+/// The heads a caller passes rows for: the `hc` heads a head range names
+/// whenever `hc ≥ 0`, valid or not (a range starting below 0 gets rows of
+/// heads past the last, which no valid write carries), else every head.
+/// A cache sees the request a caller would make, so a refusal of a
+/// malformed range is the cache's own.
+fn payload_heads(w: &Write, heads: usize) -> Range<usize> {
+    match w.heads {
+        Some([first, count]) if count >= 0 => {
+            let first = usize::try_from(first).unwrap_or(heads);
+            let count = usize::try_from(count).unwrap_or(0).min(PAYLOAD_LIMIT);
+            first..first.saturating_add(count)
+        }
+        _ => 0..heads,
+    }
 }
 
 /// The K and V tensors `[B, len, heads, D]` of `payload` at `start`.

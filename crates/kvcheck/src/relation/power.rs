@@ -13,16 +13,15 @@
 use std::time::{Duration, Instant};
 
 use kvcache::fault::CacheFault;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
 use super::{check, instances_from_env, Relation, Work};
 use crate::divergence::DivergenceKind;
 use crate::machine::CASE_DRAWS;
 use crate::minimize::minimize_with;
 use crate::oracle::Oracle;
-use crate::power::Target;
+use crate::power::{profile_runners, Target};
 use crate::replay::replay;
-use crate::strategy::{profile_support, PROFILES};
+use crate::subject::SubjectSpec;
 
 /// Candidates the minimizer may try per catch.
 const MINIMIZE_TESTS: usize = 400;
@@ -58,8 +57,31 @@ pub fn catch(
     max_cases: u64,
     max_ops: usize,
 ) -> SelfCatch {
+    let mut row = catch_on(
+        &target.subject(),
+        relations,
+        seed,
+        budget,
+        max_cases,
+        max_ops,
+    );
+    if row.caught.is_none() && target.fault.is_none() {
+        row.note = "the correct cache agrees with itself".to_string();
+    }
+    row
+}
+
+/// [`catch`] on any subject (an `exec:` one, a factory).
+pub fn catch_on(
+    subject: &SubjectSpec,
+    relations: &[Relation],
+    seed: u64,
+    budget: Duration,
+    max_cases: u64,
+    max_ops: usize,
+) -> SelfCatch {
     let started = Instant::now();
-    let subject = target.subject();
+    let subject = subject.clone();
     let mut row = SelfCatch {
         caught: None,
         cases: 0,
@@ -73,18 +95,7 @@ pub fn catch(
         row.note = "no capabilities".into();
         return row;
     };
-    let selected: Vec<usize> = (0..PROFILES.len())
-        .filter(|&i| profile_support(&PROFILES[i], &capabilities).is_ok())
-        .collect();
-    let mut runners: Vec<TestRunner> = selected
-        .iter()
-        .map(|&i| {
-            TestRunner::new(ProptestConfig {
-                rng_seed: RngSeed::Fixed(seed ^ (i as u64) << 32),
-                ..ProptestConfig::default()
-            })
-        })
-        .collect();
+    let (selected, mut runners) = profile_runners(&capabilities, seed);
     let limit = instances_from_env();
     while started.elapsed() < budget && row.cases < max_cases && !selected.is_empty() {
         for (slot, &profile) in selected.iter().enumerate() {
@@ -120,10 +131,7 @@ pub fn catch(
         }
     }
     row.seconds = started.elapsed().as_secs_f64();
-    row.note = match target.fault {
-        Some(_) => "not caught".to_string(),
-        None => "the correct cache agrees with itself".to_string(),
-    };
+    row.note = "not caught".to_string();
     row
 }
 
@@ -139,6 +147,18 @@ pub fn invisible(fault: CacheFault) -> &'static str {
         }
         CacheFault::ZeroLengthAdvances => {
             "a zero-length write past the global end moves it, in every run alike; M6 probes at the global end, not past it, so no transformation adds or removes such a write"
+        }
+        CacheFault::WindowDoubleCountsSink => {
+            "the window shows S fewer recent positions than W allows, in every run alike: another window rule, consistent with itself"
+        }
+        CacheFault::PinLostOnMisalignedRoll => {
+            "whether the pin is lost depends on the chunk lengths against the pin's distance to the sink; the one relation that changes chunk lengths (M7) leaves pins out, and every other run rolls with the same steps"
+        }
+        CacheFault::PinDuplicatedInView => {
+            "the pinned range is listed twice in every view of every run: a consistent view rule that only the model calls wrong"
+        }
+        CacheFault::EvictRemovesSink => {
+            "eviction drops the first sink position in every run alike (M8 and M9 add or remove no eviction): consistent with itself"
         }
         CacheFault::GapWriteAccepted => {
             "a write past the global end is accepted in every run alike: a different contract, consistent with itself"

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use kvcheck::divergence::DivergenceKind;
 use kvcheck::power::Target;
 use kvcheck::relation::power::{catch, invisible, SelfCatch};
 use kvcheck::relation::Relation;
@@ -59,9 +60,11 @@ pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> ExitC
     for (row, chunk) in rows.iter().zip(catches.chunks(relations.len())) {
         let target = targets[*row];
         let mut line = format!("{:<28}", target.name());
-        for c in chunk {
+        for (c, relation) in chunk.iter().zip(&relations) {
             let cell = match c.caught {
-                Some(_) => c.cases.to_string(),
+                Some(DivergenceKind::Relation(r)) if r == *relation => c.cases.to_string(),
+                // The subject failed outside any relation first.
+                Some(kind) => format!("{}:{}", kind.name(), c.cases),
                 None => "·".to_string(),
             };
             line.push_str(&format!(" {cell:>6}"));
@@ -89,7 +92,7 @@ pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> ExitC
         println!("{line}");
     }
     println!(
-        "\ncells: cases drawn until the relation failed (· none within {} cases or {} s); {:.1} s in all",
+        "\ncells: cases drawn until the relation failed (· none within {} cases or {} s; KIND:N another divergence first, after N cases); {:.1} s in all",
         args.cases,
         args.time,
         started.elapsed().as_secs_f64()
