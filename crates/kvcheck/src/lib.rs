@@ -17,9 +17,10 @@
 //!   the property suites ([`suite`], [`machine`]), the campaign of `kvcheck
 //!   run` ([`scale`]), the [`Explorer`], the fuzz bodies, [`minimize`],
 //!   [`replay`], [`explain`] and [`power`].
-//! - [`relation`] and [`oracle`]: what a step is compared with. The model
-//!   by default; the relations of SPEC.md §9 (the subject against its own
-//!   transformed runs, no model); or another subject (differential).
+//!   [`oracle`] and [`relation`] say what a step is compared with: the
+//!   model by default, the relations of SPEC.md §9 (the subject against its
+//!   own transformed runs, no model), or another subject (differential);
+//!   [`triage`] groups the divergences of a campaign that keeps going.
 //! - [`report`]: the JSON reports of campaigns and their merge.
 //!
 //! ```
@@ -34,11 +35,8 @@
 
 pub mod check;
 pub mod engine;
-pub mod oracle;
-pub mod relation;
 pub mod report;
 pub mod subject;
-pub mod triage;
 
 // The vocabulary a user needs, at the crate root.
 pub use check::divergence::{Divergence, DivergenceKind};
@@ -53,7 +51,10 @@ pub(crate) use check::{atomic, segments, viewcheck};
 pub use check::{coverage, divergence, lockstep, payload, trace};
 #[cfg(feature = "arbitrary")]
 pub use engine::fuzzcase;
-pub use engine::{explain, explore, machine, minimize, power, replay, scale, strategy, suite};
+pub use engine::{
+    explain, explore, machine, minimize, oracle, power, relation, replay, scale, strategy, suite,
+    triage,
+};
 
 pub use kvmodel::{
     CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Variant,

@@ -3,8 +3,10 @@
 //! [`strategy`]), the random campaign of `kvcheck run` ([`scale`]), the
 //! exhaustive explorer ([`explore`]), the fuzz targets' bodies
 //! (`fuzzcase`, feature `arbitrary`), and what is done with a failure:
-//! [`minimize`], [`replay`], [`explain`]; [`power`] measures them all on
-//! the zoo of faults.
+//! [`minimize`], [`replay`], [`explain`], [`triage`]; [`power`] measures
+//! them all on the zoo of faults. What a step is compared with is the
+//! [`oracle`]: the model, the [`relation`]s of SPEC.md §9, or another
+//! subject.
 
 pub mod explain;
 pub mod explore;
@@ -12,8 +14,11 @@ pub mod explore;
 pub mod fuzzcase;
 pub mod machine;
 pub mod minimize;
+pub mod oracle;
 pub mod power;
+pub mod relation;
 pub mod replay;
 pub mod scale;
 pub mod strategy;
 pub mod suite;
+pub mod triage;

@@ -172,14 +172,12 @@ fn every_relation_catches_a_fault_of_the_zoo() {
     }
 }
 
-mod cli_support;
-
 /// `run --oracle self` finds a relation failure, saves it with its oracle;
 /// `replay` checks the same relation again (and passes on the correct
 /// cache), `explain` shows both runs side by side.
 #[test]
 fn a_relation_failure_is_saved_replayed_and_explained() {
-    use cli_support::{kvcheck, scratch};
+    use crate::cli_support::{kvcheck, scratch};
     let dir = scratch("relations-cli");
     for entry in std::fs::read_dir(&dir).unwrap() {
         std::fs::remove_file(entry.unwrap().path()).unwrap();
