@@ -36,6 +36,7 @@
 pub mod check;
 pub mod engine;
 pub mod report;
+pub mod settings;
 pub mod subject;
 
 // The vocabulary a user needs, at the crate root.

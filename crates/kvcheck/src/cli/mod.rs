@@ -107,6 +107,12 @@ enum Command {
 
 /// Runs the parsed command line and returns the process exit status.
 pub fn run(cli: Cli) -> ExitCode {
+    // One policy for every knob: a variable set to something it cannot
+    // hold stops the program here, naming it, whatever the command.
+    if let Err(e) = kvcheck::settings::check_env() {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_INPUT);
+    }
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Merge(args) => merge::run(args),

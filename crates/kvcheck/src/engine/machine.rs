@@ -263,20 +263,18 @@ impl SuiteSettings {
     /// `KVCHECK_SUBJECT`; a value that does not parse is an error naming the
     /// variable.
     pub fn from_env() -> Result<SuiteSettings, String> {
-        fn var<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String> {
-            match std::env::var(name) {
-                Err(_) => Ok(None),
-                Ok(text) => text
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| format!("{name}={text:?} is not a valid number")),
-            }
-        }
+        use crate::settings::{check_env, count, number};
+        // Every knob of the table, not only the suites' own: a suite run
+        // also reads the subject's timeout, the job count, the budgets.
+        check_env().map_err(|e| e.to_string())?;
         Ok(SuiteSettings {
-            cases: var("KVCHECK_CASES")?.unwrap_or(256),
-            max_ops: var("KVCHECK_MAX_OPS")?.unwrap_or(40).max(1),
-            seed: var("KVCHECK_SEED")?,
+            cases: count("KVCHECK_CASES")
+                .map_err(|e| e.to_string())?
+                .map_or(256, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            max_ops: count("KVCHECK_MAX_OPS")
+                .map_err(|e| e.to_string())?
+                .unwrap_or(40),
+            seed: number("KVCHECK_SEED").map_err(|e| e.to_string())?,
             subject: SubjectSpec::from_env()?,
             oracle: Oracle::from_env()?,
         })

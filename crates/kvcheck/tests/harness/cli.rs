@@ -357,3 +357,29 @@ fn every_printed_replay_command_reproduces_its_divergence() {
         );
     }
 }
+
+/// A knob set to something it cannot hold stops every command with an
+/// error naming the variable and its value; it is never taken as the
+/// default.
+#[test]
+fn a_bad_setting_is_an_input_error_naming_the_variable() {
+    for (var, value) in [
+        ("KVCHECK_JOBS", "four"),
+        ("KVCHECK_MAX_TESTS", "0"),
+        ("KVCHECK_SUBJECT_TIMEOUT", "-3"),
+        ("KVCHECK_EXACT_KINDS", "sure"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvcheck"))
+            .args(["replay", vectors().to_str().unwrap(), "--quiet"])
+            .env_remove("RUST_BACKTRACE")
+            .env(var, value)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{var}=\"{value}\"")),
+            "{var}={value}: {stderr}"
+        );
+    }
+}

@@ -60,9 +60,10 @@ use crate::subject::{Fault, SubjectSpec};
 
 /// Default depth: `KVCHECK_EXPLORE_DEPTH`, else 3.
 pub fn default_depth() -> usize {
-    std::env::var("KVCHECK_EXPLORE_DEPTH")
+    // Validated where the program starts (`crate::settings::check_env`).
+    crate::settings::count("KVCHECK_EXPLORE_DEPTH")
         .ok()
-        .and_then(|v| v.parse().ok())
+        .flatten()
         .unwrap_or(3)
 }
 

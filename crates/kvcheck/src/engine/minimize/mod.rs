@@ -49,9 +49,10 @@ pub const DEFAULT_MAX_TESTS: usize = 2000;
 /// The test budget when none is given: `KVCHECK_MAX_TESTS` if it parses,
 /// else [`DEFAULT_MAX_TESTS`].
 pub fn max_tests_default() -> usize {
-    std::env::var("KVCHECK_MAX_TESTS")
+    // Validated where the program starts (`crate::settings::check_env`).
+    crate::settings::count("KVCHECK_MAX_TESTS")
         .ok()
-        .and_then(|v| v.parse().ok())
+        .flatten()
         .unwrap_or(DEFAULT_MAX_TESTS)
 }
 

@@ -49,10 +49,10 @@ pub const DEFAULT_INSTANCES: usize = 2;
 /// Instances per relation: `KVCHECK_RELATION_INSTANCES` if it parses to a
 /// positive number, else [`DEFAULT_INSTANCES`].
 pub fn instances_from_env() -> usize {
-    std::env::var("KVCHECK_RELATION_INSTANCES")
+    // Validated where the program starts (`crate::settings::check_env`).
+    crate::settings::count("KVCHECK_RELATION_INSTANCES")
         .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&n| n > 0)
+        .flatten()
         .unwrap_or(DEFAULT_INSTANCES)
 }
 

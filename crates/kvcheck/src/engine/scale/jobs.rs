@@ -3,10 +3,11 @@
 /// Workers by default: `KVCHECK_JOBS` when it is a positive number, else
 /// the cores available to this process (at least 1).
 pub fn default_jobs() -> usize {
-    std::env::var("KVCHECK_JOBS")
+    // A bad value is refused where the program starts
+    // (`crate::settings::check_env`); here it can only be unset or valid.
+    crate::settings::count("KVCHECK_JOBS")
         .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
+        .flatten()
         .unwrap_or_else(available_cores)
 }
 

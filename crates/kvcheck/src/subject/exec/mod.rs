@@ -58,12 +58,9 @@ pub const STDERR_LINES: usize = 20;
 /// else [`DEFAULT_TIMEOUT`]. A value that is not a positive number is an
 /// error naming the variable.
 pub fn timeout_from_env() -> Result<Duration, String> {
-    match std::env::var("KVCHECK_SUBJECT_TIMEOUT") {
-        Err(_) => Ok(DEFAULT_TIMEOUT),
-        Ok(text) => {
-            parse_timeout(&text).map_err(|e| format!("KVCHECK_SUBJECT_TIMEOUT={text:?}: {e}"))
-        }
-    }
+    crate::settings::seconds("KVCHECK_SUBJECT_TIMEOUT")
+        .map(|t| t.unwrap_or(DEFAULT_TIMEOUT))
+        .map_err(|e| e.to_string())
 }
 
 /// Parses a timeout in seconds (`10`, `0.5`).
@@ -76,5 +73,6 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 
 /// Whether `KVCHECK_EXACT_KINDS` asks for exact error kinds (`1`, `true`).
 pub fn exact_kinds_from_env() -> bool {
-    std::env::var("KVCHECK_EXACT_KINDS").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+    // Validated where the program starts (`crate::settings::check_env`).
+    crate::settings::flag("KVCHECK_EXACT_KINDS").unwrap_or(false)
 }
