@@ -383,20 +383,40 @@ impl Trace {
         crate::atomic::write(path, self.to_json().as_bytes()).map_err(io)
     }
 
-    /// The outcomes the reference model gives for every op.
-    pub fn model_outcomes(&self) -> Vec<Outcome> {
-        let mut model = Model::new(&self.config).expect("a loaded trace has a valid config");
-        self.ops
+    /// The outcomes the reference model gives for every op, or
+    /// [`TraceError::InvalidConfig`] naming the field when the
+    /// configuration breaks SPEC.md §1 ([`Trace::new`] does not check it;
+    /// [`Trace::checked`] does).
+    pub fn model_outcomes(&self) -> Result<Vec<Outcome>, TraceError> {
+        let mut model = Model::new(&self.config).map_err(|error| TraceError::InvalidConfig {
+            origin: String::new(),
+            error,
+        })?;
+        Ok(self
+            .ops
             .iter()
             .enumerate()
             .map(|(i, op)| model.apply(i as u64, op).into())
-            .collect()
+            .collect())
     }
 
-    /// This trace with `expect` filled in by the reference model.
+    /// This trace with `expect` filled in by the reference model. A trace
+    /// whose configuration breaks SPEC.md §1 has no outcomes to fill in: it
+    /// is returned without `expect` (and refused, naming the field, when it
+    /// is loaded or checked).
     pub fn with_model_expect(mut self) -> Trace {
-        self.expect = Some(self.model_outcomes());
+        self.expect = self.model_outcomes().ok();
         self
+    }
+
+    /// [`Trace::new`] for a configuration that may break SPEC.md §1: the
+    /// error names the field, as loading such a file does.
+    pub fn checked(config: Config, ops: Vec<Op>) -> Result<Trace, TraceError> {
+        Model::new(&config).map_err(|error| TraceError::InvalidConfig {
+            origin: String::new(),
+            error,
+        })?;
+        Ok(Trace::new(config, ops))
     }
 }
 

@@ -137,7 +137,23 @@ pub fn replay_with(
     failures: Option<&Path>,
     oracle: &Oracle,
 ) -> ReplayReport {
-    let mut model = Model::new(&trace.config).expect("a loaded trace has a valid config");
+    // A trace built through the API (not loaded) may carry a config that
+    // breaks SPEC.md §1: that is a setup error naming the field, not a
+    // panic.
+    let mut model = match Model::new(&trace.config) {
+        Ok(model) => model,
+        Err(e) => {
+            return ReplayReport {
+                path: path.map(Path::to_path_buf),
+                steps: Vec::new(),
+                expect_mismatch: None,
+                subject: None,
+                divergence: None,
+                setup_error: Some(format!("config.{e}")),
+                skipped: None,
+            }
+        }
+    };
     let steps: Vec<StepRow> = trace
         .ops
         .iter()

@@ -2,6 +2,7 @@
 //! name the problem; valid ones round-trip; `expect` output is exactly
 //! TRACE.md's outcome format.
 
+use kvcheck::subject::SubjectSpec;
 use kvcheck::trace::{Trace, TraceError};
 
 fn err(text: &str) -> String {
@@ -172,4 +173,25 @@ fn expect_output_is_trace_md_outcome_format() {
     );
     assert_eq!(json["ops"][1], serde_json::json!("reset"));
     assert_eq!(json["format"], "kvtrace/1");
+}
+
+/// A configuration that breaks SPEC.md §1, reached through the public API
+/// rather than a file: no function panics, the model's outcomes are an
+/// error naming the field, and `Trace::checked` refuses it.
+#[test]
+fn an_invalid_config_through_the_api_is_an_error_not_a_panic() {
+    let mut config = kvcheck::Config::dense(4);
+    config.sink = 9;
+    let ops = vec![kvcheck::Op::Write(kvcheck::Write::new(0, 2))];
+    let trace = Trace::new(config.clone(), ops.clone());
+    let err = trace.model_outcomes().unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    assert!(err.to_string().contains("sink"), "{err}");
+    assert_eq!(trace.clone().with_model_expect().expect, None);
+    let err = Trace::checked(config, ops).unwrap_err();
+    assert!(err.to_string().contains("sink"), "{err}");
+    let report = kvcheck::replay::replay(&trace, None, Some(SubjectSpec::Cache), None);
+    assert!(!report.passed());
+    let setup = report.setup_error.expect("a setup error");
+    assert!(setup.contains("sink"), "{setup}");
 }
