@@ -88,6 +88,10 @@ pub enum CacheFault {
     /// visible row of each batch row holds the next batch row's (the last
     /// one wraps to the first). Invisible with one batch row.
     RollCrossesBatch,
+    /// Dense: a zero-length write computes its room as `max(n, 1)`, so on a
+    /// full cache the read-only probe at the global end evicts the oldest
+    /// evictable position.
+    ProbeMakesRoom,
     /// Packed: a write with a head range returns every head (SPEC.md §8 D10).
     PackedReturnsEveryHead,
     /// Packed int8/int4: `keep_recent_chunks` counts the current chunk, so
@@ -106,7 +110,7 @@ pub enum CacheFault {
 
 impl CacheFault {
     /// Every fault of the zoo, dense ones first.
-    pub const ALL: [CacheFault; 22] = [
+    pub const ALL: [CacheFault; 23] = [
         CacheFault::SlotIgnoresSink,
         CacheFault::GapWriteAccepted,
         CacheFault::EvictedRewriteOnSink,
@@ -124,6 +128,7 @@ impl CacheFault {
         CacheFault::RollOneShort,
         CacheFault::StaleViewAfterRewrite,
         CacheFault::RollCrossesBatch,
+        CacheFault::ProbeMakesRoom,
         CacheFault::PackedReturnsEveryHead,
         CacheFault::KeepRecentCountsCurrent,
         CacheFault::SinkChunkPacked,
@@ -151,6 +156,7 @@ impl CacheFault {
             CacheFault::RollOneShort => "roll-one-short",
             CacheFault::StaleViewAfterRewrite => "stale-view-after-rewrite",
             CacheFault::RollCrossesBatch => "roll-crosses-batch",
+            CacheFault::ProbeMakesRoom => "probe-makes-room",
             CacheFault::PackedReturnsEveryHead => "packed-returns-every-head",
             CacheFault::KeepRecentCountsCurrent => "keep-recent-counts-current",
             CacheFault::SinkChunkPacked => "sink-chunk-packed",
@@ -178,6 +184,7 @@ impl CacheFault {
             CacheFault::RefusalRolls => "refused write has already rolled the buffer before it raises (SPEC D5)",
             CacheFault::RollOneShort => "roll moves one row too few: the oldest kept position shows its neighbour's row",
             CacheFault::StaleViewAfterRewrite => "view returned by a rewrite is the snapshot taken before the rows landed",
+            CacheFault::ProbeMakesRoom => "a zero-length write makes room for one row: on a full cache the probe evicts the oldest evictable position",
             CacheFault::RollCrossesBatch => "roll over the flattened batch x slot axis: after a roll the oldest evictable row of each batch row shows the next batch row's",
             CacheFault::PackedReturnsEveryHead => "packed write with a head range returns every head (SPEC D10)",
             CacheFault::KeepRecentCountsCurrent => "keep_recent_chunks counts the current chunk: one chunk too many goes cold",

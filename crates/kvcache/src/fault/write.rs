@@ -38,6 +38,16 @@ impl FaultyCache {
                 self.write_owned(&Write::new(g as i64, gap as i64), &zeros, &zeros)?;
                 self.write_owned(request, k, v)
             }
+            CacheFault::ProbeMakesRoom
+                if valid
+                    && len == 0
+                    && start as u64 == g
+                    && self.resident().len() >= self.cache().capacity() =>
+            {
+                // Room for max(n, 1) rows; nothing evictable leaves it full.
+                let _ = self.cache_mut().evict(1);
+                self.write_owned(request, k, v)
+            }
             CacheFault::MutateThenRaise => match request.recent_window {
                 Some(r) if r < 0 && valid => {
                     let landed = Write {

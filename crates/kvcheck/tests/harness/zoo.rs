@@ -123,7 +123,7 @@ fn every_fault_is_caught_on_the_ring_and_the_generic_path() {
             .iter()
             .filter(|f| FaultBase::Ring.holds(f.variant()))
             .count(),
-        17
+        18
     );
 }
 

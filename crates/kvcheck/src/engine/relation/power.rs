@@ -160,6 +160,9 @@ pub fn invisible(fault: CacheFault) -> &'static str {
         CacheFault::EvictRemovesSink => {
             "eviction drops the first sink position in every run alike (M8 and M9 add or remove no eviction): consistent with itself"
         }
+        CacheFault::PackedReturnsEveryHead => {
+            "a head-range write returns every head in every run alike (D10); the relations read such a view by the heads its bytes hold, so the rows they compare agree"
+        }
         CacheFault::GapWriteAccepted => {
             "a write past the global end is accepted in every run alike: a different contract, consistent with itself"
         }
