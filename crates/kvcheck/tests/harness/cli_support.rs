@@ -32,3 +32,16 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn path(dir: &Path, name: &str) -> String {
     dir.join(name).to_str().unwrap().to_string()
 }
+
+/// Whether `python3` is missing, saying so: the tests of `exec:` subjects
+/// written in Python skip then.
+pub fn python_missing() -> bool {
+    let missing = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err();
+    if missing {
+        eprintln!("skipped: python3 is not on PATH; install it to run the exec-subject tests");
+    }
+    missing
+}

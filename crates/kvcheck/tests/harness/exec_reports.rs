@@ -16,16 +16,7 @@ use kvcheck::lockstep::Lockstep;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
 use kvcheck::{Config, Op, Write};
 
-fn python_missing() -> bool {
-    let missing = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err();
-    if missing {
-        eprintln!("skipped: python3 is not on PATH; install it to run the exec-subject tests");
-    }
-    missing
-}
+use crate::cli_support::python_missing;
 
 fn subject(options: &str) -> SubjectSpec {
     let script =

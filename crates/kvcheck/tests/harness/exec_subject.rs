@@ -23,18 +23,9 @@ use kvcheck::strategy::PROFILES;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
 use kvcheck::trace::{collect_trace_files, Trace};
 use kvcheck::{Config, Op, Write};
-use proptest::test_runner::TestRunner;
 
-fn python_missing() -> bool {
-    let missing = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err();
-    if missing {
-        eprintln!("skipped: python3 is not on PATH; install it to run the exec-subject tests");
-    }
-    missing
-}
+use crate::cli_support::python_missing;
+use proptest::test_runner::TestRunner;
 
 fn script(options: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
