@@ -52,6 +52,8 @@ FAULTS = {
     "to its start",
     "head-start-ignored": "a head range as wide as the cache but starting above 0 is "
     "accepted and written to every head (its start is ignored)",
+    "reset-keeps-rows": "reset forgets positions but keeps their rows: a head-range write "
+    "after it shows the old stream in the heads it leaves out (sglang's D14)",
 }
 
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -599,7 +601,8 @@ class Cache:
 
     def reset(self):
         self.resident.clear()
-        self.rows.clear()
+        if self.fault != "reset-keeps-rows":
+            self.rows.clear()
         self.global_end = 0
         self.pin = None
         self.chunks = []

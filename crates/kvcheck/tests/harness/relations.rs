@@ -304,3 +304,35 @@ fn every_relation_catches_a_fault_through_an_exec_subject() {
         assert_caught(&row, relation, &format!("{fault} through exec"));
     }
 }
+
+/// M1 through a process as well: a subject written in Python whose reset
+/// keeps the old stream's rows (`--fault reset-keeps-rows` of the reference
+/// adapter, sglang's D14) is caught by M1 alone, minimized and replayed.
+#[test]
+fn reset_is_fresh_catches_a_reset_that_keeps_rows_through_an_exec_subject() {
+    use kvcheck::relation::power::catch_on;
+    use std::time::Duration;
+    if crate::cli_support::python_missing() {
+        return;
+    }
+    let adapter = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../adapters/reference_subject.py");
+    let command = format!(
+        "exec:python3 {} --fault reset-keeps-rows",
+        adapter.display()
+    );
+    let subject = SubjectSpec::parse(&command).unwrap();
+    let row = catch_on(
+        &subject,
+        &[Relation::ResetIsFresh],
+        1,
+        Duration::from_secs(120),
+        400,
+        40,
+    );
+    assert_caught(
+        &row,
+        Relation::ResetIsFresh,
+        "reset-keeps-rows through exec",
+    );
+}
