@@ -54,6 +54,14 @@ FAULTS = {
     "accepted and written to every head (its start is ignored)",
     "reset-keeps-rows": "reset forgets positions but keeps their rows: a head-range write "
     "after it shows the old stream in the heads it leaves out (sglang's D14)",
+    "batch-crosstalk-last": "the last batch row of the newest visible position reads batch "
+    "row 0's bytes (a stride bug that only the last row shows)",
+    "head-crosstalk-last": "the last head of the newest visible position reads head 0's "
+    "bytes (a stride bug that only the last head shows)",
+    "long-append-hides-sink": "once the cache has evicted, an append of three or more "
+    "tokens leaves the sink out of its view (a fast path that forgets the protected rows)",
+    "refusal-moves-end": "a write refused after its arguments were checked (evicted, "
+    "chunk_too_large, window_too_small) has already moved the global end to its end",
 }
 
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -256,6 +264,9 @@ class Cache:
         self.chunks = []
         self.current_chunk = None
         self.row_bytes = config["head_dim"] * DTYPE_SIZE[config["dtype"]]
+        # Whether anything was evicted since the start or the last reset
+        # (the state the long-append-hides-sink fault keys on).
+        self.evicted_any = False
 
     def clone(self):
         """A copy that shares nothing mutable with `self` (row bytes are immutable)."""
@@ -335,6 +346,16 @@ class Cache:
         return s, n, r, head_range
 
     def write(self, index, body, k, v):
+        g = self.global_end
+        try:
+            return self.write_checked(index, body, k, v)
+        except ContractError as refusal:
+            late = ("evicted", "chunk_too_large", "window_too_small")
+            if self.fault == "refusal-moves-end" and refusal.kind in late:
+                self.global_end = max(g, body["start"] + body["len"])
+            raise
+
+    def write_checked(self, index, body, k, v):
         s, n, r, head_range = self.check_write_arguments(body)
         end = s + n
         g = self.global_end
@@ -416,6 +437,7 @@ class Cache:
                     raise too_large(nxt.capacity)
                 for p in victims:
                     nxt.drop(p)
+                nxt.evicted_any = nxt.evicted_any or bool(victims)
                 if nxt.pin is not None and any(nxt.pin[0] <= p < nxt.pin[1] for p in victims):
                     nxt.pin = None
         for p in range(new_from, end):
@@ -430,6 +452,8 @@ class Cache:
                     "window_too_small: write [%d, %d) would not see position %d in its own view "
                     "(window %d, %d protected)" % (s, end, p, nxt.window, len(nxt.protected())),
                 )
+        if self.fault == "long-append-hides-sink" and nxt.evicted_any and s == g and n >= 3:
+            view = [p for p in view if p >= self.config["sink"]]
         # The payload is checked after every contract check (SPEC.md §7).
         k_rows = self.split_payload("k", k, n, head_range)
         v_rows = self.split_payload("v", v, n, head_range)
@@ -504,10 +528,17 @@ class Cache:
         """(positions, K bytes, V bytes): the view [B, len(view), heads reported, D]."""
         zeros = bytes(self.row_bytes)
         k_parts, v_parts = [], []
+        newest = max(positions, default=None)
+        last_batch, last_head = self.config["batch"] - 1, self.config["heads"] - 1
         for b in range(self.config["batch"]):
             for p in positions:
                 for h in head_range:
-                    k, v = self.rows.get((p, b, h), (zeros, zeros))
+                    source = (p, b, h)
+                    if p == newest and self.fault == "batch-crosstalk-last" and b == last_batch > 0:
+                        source = (p, 0, h)
+                    if p == newest and self.fault == "head-crosstalk-last" and h == last_head > 0:
+                        source = (p, b, 0)
+                    k, v = self.rows.get(source, (zeros, zeros))
                     k_parts.append(k)
                     v_parts.append(v)
         return list(positions), b"".join(k_parts), b"".join(v_parts)
@@ -572,6 +603,7 @@ class Cache:
             )
         for p in evictable[:k]:
             self.drop(p)
+        self.evicted_any = self.evicted_any or k > 0
         return {"global_end": self.global_end}
 
     def pin_op(self, tokens):
@@ -607,6 +639,7 @@ class Cache:
         self.pin = None
         self.chunks = []
         self.current_chunk = None
+        self.evicted_any = False
         return {"global_end": 0}
 
 
