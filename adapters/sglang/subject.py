@@ -191,7 +191,9 @@ class Pair:
     def both(self, call):
         """Applies `call(cache, is_twin)` to the twin, then to the real cache,
         so a call that mutates and then raises leaves both in the same state.
-        Returns (twin result, real result); the real cache's exception wins."""
+        Returns (twin result, real result); the real cache's exception wins.
+        A twin that raises where the real cache does not is the adapter's
+        failure (`kvcheck.AdapterError`), never an answer of the cache."""
         twin_error = None
         try:
             twin_result = call(self.twin, True)
@@ -199,7 +201,7 @@ class Pair:
             twin_error = error
         result = call(self.real, False)
         if twin_error is not None:
-            raise RuntimeError("adapter: the position twin raised %r but the cache did not" % twin_error)
+            raise kvcheck.AdapterError("the position twin raised %r but the cache did not" % twin_error)
         return twin_result, result
 
     def write(self, body, key, value):
@@ -290,16 +292,25 @@ class Pair:
 
 
 def positions(twin_k, slots_k=None):
-    """Row r of the twin's view holds tag `position + 2^32` (or 0: never
-    written); an untagged row takes its slot's tag from `slots_k` (the
-    all-heads twin), else one past the row before it."""
+    """Row r of the twin's view holds, in each head, tag `position + 2^32`
+    (or 0: that head of the row was never written). The row's position is
+    the one its written heads hold. Where they hold different positions
+    (D8: a head-range write rolls only its heads; or a head that a
+    head-range write left out still holds a row of another position, which
+    `reset_indices()` allows, D14's mechanism), the row is reported at the
+    smallest of them, whatever the head order. The contract gives every head of a row one
+    position, so such a row diverges either way: as `visible` when the
+    smallest is not the position the contract expects there, else as
+    `values` (the other heads' rows decode as wrong bytes). A row no head
+    wrote takes its slot's tag from `slots_k` (the all-heads twin, written
+    on every head at every write), else one past the row before it."""
     out = []
     rows = twin_k[0, :, :, 0].tolist()  # [len, heads]
     slot_rows = slots_k[0, :, :, 0].tolist() if slots_k is not None and slots_k.shape[1] == len(rows) else None
     for r, row in enumerate(rows):
-        tag = next((t for t in row if t != 0.0), None)
+        tag = min((t for t in row if t != 0.0), default=None)
         if tag is None and slot_rows is not None:
-            tag = next((t for t in slot_rows[r] if t != 0.0), None)
+            tag = min((t for t in slot_rows[r] if t != 0.0), default=None)
         out.append(int(tag - TAG_OFFSET) if tag is not None else (out[-1] + 1 if out else 0))
     return out
 

@@ -20,9 +20,12 @@ The global end is the library's own `cache.get_seq_length(0)`.
 Visible means what attention reads: the columns of the returned keys that
 the mask's *last* row (the chunk's last query) admits, in the order the
 returned tensors hold them. A mask wider than the returned keys is sliced
-to them, as eager attention does (`mask[..., :K]`); a mask narrower than the
-keys cannot be added to the scores and is raised as `MaskShapeMismatch`. K/V bytes
-are the library's returned tensors, those columns gathered (no arithmetic).
+to them (`mask[..., :K]`, so that the trace goes on; transformers' attention
+functions do not slice: eager attention raises on the size mismatch, SDPA
+too unless it builds no mask, as for a one-token step below the window); a
+mask narrower than the keys cannot be added to the scores and is raised as
+`MaskShapeMismatch`. K/V bytes are the library's returned tensors, those
+columns gathered (no arithmetic).
 
 Positions. The caches return tensors, not positions. Every cache except
 the quantized ones is paired with a *twin*: the same class and config,
