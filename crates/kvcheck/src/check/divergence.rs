@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use kvmodel::quant::cold_round_trip;
 use kvmodel::{format_ranges, Config, Op, Outcome, Quant, Variant};
 
+use crate::check::relation::Relation;
 use crate::payload::{row, Kv, RowId};
-use crate::relation::Relation;
+use crate::subject::SubjectFailure;
 use crate::trace::{Trace, TraceError, EXTENSION};
 
 /// What disagreed.
@@ -426,4 +427,19 @@ pub fn decode_row(config: &Config, ops: &[Op], kv: Kv, batch: usize, values: &[f
         }
     }
     RowSource::Unknown
+}
+
+/// The divergence kind of a subject's misbehaviour, or `None` for an
+/// answer a caller sees as a refusal (a contract refusal or a library's
+/// exception). The one classification every path that drives a subject
+/// uses: the adapter's own failure is never the cache's refusal.
+pub fn misbehaviour(failure: &SubjectFailure) -> Option<DivergenceKind> {
+    match failure {
+        SubjectFailure::Refused { .. } | SubjectFailure::Exception { .. } => None,
+        SubjectFailure::Adapter { .. } | SubjectFailure::Protocol { .. } => {
+            Some(DivergenceKind::Protocol)
+        }
+        SubjectFailure::Crash { .. } => Some(DivergenceKind::Crash),
+        SubjectFailure::Timeout { .. } => Some(DivergenceKind::Timeout),
+    }
 }

@@ -11,6 +11,8 @@ pub mod coverage;
 pub mod divergence;
 pub mod lockstep;
 pub mod payload;
+pub mod record;
+pub mod relation;
 pub(crate) mod segments;
 pub mod trace;
 pub(crate) mod viewcheck;

@@ -187,6 +187,20 @@ pub fn write_tensors(
     len: usize,
     heads: std::ops::Range<usize>,
 ) -> candle_core::Result<(Tensor, Tensor)> {
+    mixed_write_tensors(config, device, |_, _| writer, start, len, heads)
+}
+
+/// [`write_tensors`] where each (batch row, head) takes the rows of its
+/// own writer, `writer(batch, head)`: how a relation changes the payload
+/// of one batch row or one head and nothing else (M3, M4).
+pub fn mixed_write_tensors(
+    config: &Config,
+    device: &Device,
+    writer: impl Fn(usize, usize) -> u64,
+    start: u64,
+    len: usize,
+    heads: std::ops::Range<usize>,
+) -> candle_core::Result<(Tensor, Tensor)> {
     match config.dtype {
         Dtype::F32 => pair_tensors(config, device, writer, start, len, heads, f32::from_bits),
         Dtype::F16 => pair_tensors(config, device, writer, start, len, heads, |b| {
@@ -201,7 +215,7 @@ pub fn write_tensors(
 fn pair_tensors<T: candle_core::WithDType>(
     config: &Config,
     device: &Device,
-    writer: u64,
+    writer: impl Fn(usize, usize) -> u64,
     start: u64,
     len: usize,
     heads: std::ops::Range<usize>,
@@ -214,7 +228,7 @@ fn pair_tensors<T: candle_core::WithDType>(
         for i in 0..len as u64 {
             for head in heads.clone() {
                 let id = RowId {
-                    writer,
+                    writer: writer(batch, head),
                     position: start + i,
                     batch,
                     head,

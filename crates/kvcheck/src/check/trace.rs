@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use kvmodel::{CacheError, Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant};
 use serde::{Deserialize, Serialize};
 
-use crate::relation::Relation;
+use crate::check::relation::Relation;
 
 /// The `format` tag of every kvtrace/1 file.
 pub const FORMAT: &str = "kvtrace/1";

@@ -7,7 +7,10 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::coverage::{Coverage, EVENTS};
 use kvcheck::minimize::{max_tests_default, minimize};
-use kvcheck::scale::report::{ProfileReport, Report, RunReport, REPORT_FORMAT};
+use kvcheck::relation::{Judged, Relation};
+use kvcheck::scale::report::{
+    merge_judged, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
+};
 use kvcheck::scale::{default_jobs, parse_jobs, Campaign, Found, Shard};
 use kvcheck::strategy::{profile_support, required_events, PROFILES};
 use kvcheck::subject::SubjectSpec;
@@ -220,6 +223,7 @@ pub fn run(args: Args) -> ExitCode {
                         .map(|e| e.to_string())
                         .collect(),
                     coverage: t.coverage.clone(),
+                    judged: judged_rows(&t.judged),
                 }
             })
             .collect(),
@@ -268,6 +272,47 @@ fn report_divergence(found: Found, subject: &SubjectSpec, failures: &Path) -> Ve
     paths
 }
 
+/// A profile's relation rows for the report (none against the model or
+/// another subject).
+fn judged_rows(judged: &Judged) -> Vec<RelationJudged> {
+    if judged.is_empty() {
+        return Vec::new();
+    }
+    Relation::ALL
+        .iter()
+        .map(|&r| RelationJudged {
+            relation: r.id().to_string(),
+            name: r.name().to_string(),
+            cases: judged.cases_of(r),
+            ops: judged.ops_of(r),
+        })
+        .collect()
+}
+
+/// Per relation: the cases it judged out of those drawn, and the ops it
+/// compared (a relation that judges few cases is weak on this subject).
+fn print_judged(report: &RunReport) {
+    let mut total = Vec::new();
+    for p in &report.profiles {
+        merge_judged(&mut total, &p.judged);
+    }
+    if total.is_empty() {
+        return;
+    }
+    let drawn: u64 = report.profiles.iter().map(|p| p.cases).sum();
+    println!(
+        "
+relations: cases judged of {drawn} drawn, ops compared"
+    );
+    for row in &total {
+        let percent = 100.0 * row.cases as f64 / drawn.max(1) as f64;
+        println!(
+            "  {:<4}{:<24} {:>8} {:>4.0}% {:>10} ops",
+            row.relation, row.name, row.cases, percent, row.ops
+        );
+    }
+}
+
 /// The `run` table, the event coverage and the totals: what one run
 /// prints and what `kvcheck merge` prints for the shards of one.
 pub fn print_tables(report: &RunReport) -> ExitCode {
@@ -292,6 +337,7 @@ pub fn print_tables(report: &RunReport) -> ExitCode {
         );
         all.merge(&p.coverage);
     }
+    print_judged(report);
     println!("\nevent coverage (all profiles):");
     let mut line = String::new();
     for event in EVENTS.iter().map(|e| e.to_string()).chain(

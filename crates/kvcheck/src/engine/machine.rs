@@ -413,6 +413,8 @@ pub struct CaseOutcome {
     pub coverage: Coverage,
     /// The divergence, if the cache disagreed with the model.
     pub divergence: Option<Box<crate::divergence::Divergence>>,
+    /// What each relation judged (nothing against the model).
+    pub judged: crate::relation::Judged,
 }
 
 /// Draws one op sequence of family `F` from `runner` and checks it on the
@@ -456,6 +458,7 @@ pub fn run_case_on<F: Family>(
         ops_checked: 0,
         coverage: Coverage::default(),
         divergence: None,
+        judged: Default::default(),
     };
     for op in &transitions {
         outcome.ops_checked += 1;

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 use crate::machine::{CaseDraw, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
 use crate::minimize::{max_tests_default, minimize_with};
-use crate::relation::{self, instances_from_env, Finding, NotChecked, Relation, Work};
+use crate::relation::{self, domain, instances_from_env, Finding, NotChecked, Relation, Work};
 use crate::strategy::Profile;
 use crate::subject::SubjectSpec;
 use crate::trace::{OracleKind, OracleTag};
@@ -222,8 +222,9 @@ impl std::str::FromStr for Oracle {
 
 /// Draws case `profile` from `runner` (as the campaign and the suites do)
 /// and checks it against `oracle`. With the model this is the lockstep
-/// case runner; otherwise the drawn trace is checked whole and its
-/// coverage labelled from the model alone.
+/// case runner; otherwise the drawn trace (shaped into the relations'
+/// domains for `self`, [`domain::shape`]) is checked whole, its coverage
+/// labelled from the model alone and what each relation judged counted.
 pub fn run_case(
     profile: usize,
     runner: &mut TestRunner,
@@ -231,17 +232,23 @@ pub fn run_case(
     subject: &SubjectSpec,
     oracle: &Oracle,
 ) -> Result<CaseOutcome, String> {
-    if oracle.is_model() {
-        return CASE_RUNNERS[profile](runner, max_ops, subject);
-    }
-    let (config, ops) = CASE_DRAWS[profile](runner, max_ops, subject)?;
+    let (config, ops) = match oracle {
+        Oracle::Model => return CASE_RUNNERS[profile](runner, max_ops, subject),
+        Oracle::Relations(_) => {
+            let capabilities = subject.capabilities().map_err(|e| e.to_string())?;
+            domain::draw(profile, runner, max_ops, subject, &capabilities)?
+        }
+        Oracle::Subject(_) => CASE_DRAWS[profile](runner, max_ops, subject)?,
+    };
+    let mut work = Work::default();
     let divergence = oracle
-        .check(&config, &ops, subject)
+        .check_counted(&config, &ops, subject, &mut work)
         .map_err(|e| e.to_string())?;
     Ok(CaseOutcome {
         ops_checked: ops.len(),
         coverage: model_coverage(&config, &ops),
         divergence,
+        judged: work.judged,
     })
 }
 

@@ -41,6 +41,7 @@ pub(super) fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportErr
                 q.busy_s += p.busy_s;
                 q.divergences += p.divergences;
                 q.coverage.merge(&p.coverage);
+                merge_judged(&mut q.judged, &p.judged);
             }
             None => a.profiles.push(p),
         }

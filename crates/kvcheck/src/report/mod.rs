@@ -163,6 +163,37 @@ pub struct ProfileReport {
     pub required: Vec<String>,
     /// Events labelled.
     pub coverage: Coverage,
+    /// Against `self`: per relation, the cases it judged and the ops it
+    /// compared (empty against the model or another subject).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judged: Vec<RelationJudged>,
+}
+
+/// What one relation judged in a campaign's profile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelationJudged {
+    /// `M1` … `M10`.
+    pub relation: String,
+    /// Its short name (`reset-is-fresh`).
+    pub name: String,
+    /// Cases (traces) it judged.
+    pub cases: u64,
+    /// Ops of its transformed runs it compared.
+    pub ops: u64,
+}
+
+/// Adds `rows` into `total` relation by relation (a relation not there yet
+/// is appended).
+pub fn merge_judged(total: &mut Vec<RelationJudged>, rows: &[RelationJudged]) {
+    for row in rows {
+        match total.iter_mut().find(|t| t.relation == row.relation) {
+            Some(t) => {
+                t.cases += row.cases;
+                t.ops += row.ops;
+            }
+            None => total.push(row.clone()),
+        }
+    }
 }
 
 impl ProfileReport {

@@ -2,7 +2,7 @@
 //! caches, and the relation failures of the zoo.
 
 use kvcheck::machine::CASE_DRAWS;
-use kvcheck::relation::{check, Relation, Work};
+use kvcheck::relation::{check, domain, Relation, Work};
 use kvcheck::strategy::PROFILES;
 use kvcheck::subject::SubjectSpec;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
@@ -26,9 +26,13 @@ fn relations_hold(subject: &SubjectSpec, seed: u64) {
     });
     let mut work = Work::default();
     let mut applied = std::collections::BTreeMap::<Relation, usize>::new();
-    for (profile, draw) in PROFILES.iter().zip(CASE_DRAWS) {
+    // Drawn as `--oracle self` draws (shaped into the relations' domains,
+    // a third of the cases left as the profile drew them).
+    let capabilities = subject.capabilities().expect("an in-process subject");
+    for (index, profile) in PROFILES.iter().enumerate() {
         for case in 0..cases() {
-            let (config, ops) = draw(&mut runner, 30, subject).expect("every profile draws");
+            let (config, ops) = domain::draw(index, &mut runner, 30, subject, &capabilities)
+                .expect("every profile draws");
             for relation in Relation::ALL {
                 let before = work.runs;
                 let found = check(&config, &ops, subject, &[relation], 4, &mut work)
@@ -305,11 +309,27 @@ fn every_relation_catches_a_fault_through_an_exec_subject() {
     }
 }
 
-/// M1 through a process as well: a subject written in Python whose reset
-/// keeps the old stream's rows (`--fault reset-keeps-rows` of the reference
-/// adapter, sglang's D14) is caught by M1 alone, minimized and replayed.
+/// Faults planted in a subject written in Python (`--fault NAME` of the
+/// reference adapter) and the relation that must catch each: bugs of
+/// caches whose contract the model may not know, so the relations are the
+/// only judge.
+const PYTHON_BREAKS: [(Relation, &str); 5] = [
+    // sglang's D14: reset forgets positions but keeps their rows.
+    (Relation::ResetIsFresh, "reset-keeps-rows"),
+    // Cross-talk *into* the last row or head: caught only when the row it
+    // reads from (row 0, head 0) is the one changed.
+    (Relation::BatchRowsIndependent, "batch-crosstalk-last"),
+    (Relation::HeadsIndependent, "head-crosstalk-last"),
+    // Shows only after an eviction, on appends of three or more rows.
+    (Relation::ChunkingInvariant, "long-append-hides-sink"),
+    (Relation::RefusalPure, "refusal-moves-end"),
+];
+
+/// Each Python fault through a process: caught by its relation alone
+/// within a few hundred drawn (and shaped) cases, minimized, and the
+/// minimized trace replays from its file form.
 #[test]
-fn reset_is_fresh_catches_a_reset_that_keeps_rows_through_an_exec_subject() {
+fn each_relation_catches_its_fault_of_a_python_subject() {
     use kvcheck::relation::power::catch_on;
     use std::time::Duration;
     if crate::cli_support::python_missing() {
@@ -317,22 +337,10 @@ fn reset_is_fresh_catches_a_reset_that_keeps_rows_through_an_exec_subject() {
     }
     let adapter = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../adapters/reference_subject.py");
-    let command = format!(
-        "exec:python3 {} --fault reset-keeps-rows",
-        adapter.display()
-    );
-    let subject = SubjectSpec::parse(&command).unwrap();
-    let row = catch_on(
-        &subject,
-        &[Relation::ResetIsFresh],
-        1,
-        Duration::from_secs(120),
-        400,
-        40,
-    );
-    assert_caught(
-        &row,
-        Relation::ResetIsFresh,
-        "reset-keeps-rows through exec",
-    );
+    for (relation, fault) in PYTHON_BREAKS {
+        let command = format!("exec:python3 {} --fault {fault}", adapter.display());
+        let subject = SubjectSpec::parse(&command).unwrap();
+        let row = catch_on(&subject, &[relation], 1, Duration::from_secs(120), 400, 40);
+        assert_caught(&row, relation, &format!("{fault} through exec"));
+    }
 }

@@ -2,7 +2,7 @@
 //! the state after it (global end, capacity, resident bytes), the probe
 //! after a refusal, and the layout of a segmented view.
 
-use crate::divergence::{describe_outcome, Divergence, DivergenceKind};
+use crate::divergence::{describe_outcome, misbehaviour, Divergence, DivergenceKind};
 use crate::lockstep::check_segmented;
 use crate::lockstep::SegmentedCheck;
 use crate::lockstep::ViewFailure;
@@ -115,11 +115,12 @@ impl Lockstep {
             (SubjectFailure::Refused { .. } | SubjectFailure::Exception { .. }, Outcome::Ok(_)) => {
                 DivergenceKind::Outcome
             }
-            // The adapter's own failure is never the cache's refusal.
-            (SubjectFailure::Adapter { .. }, _) => DivergenceKind::Protocol,
-            (SubjectFailure::Crash { .. }, _) => DivergenceKind::Crash,
-            (SubjectFailure::Timeout { .. }, _) => DivergenceKind::Timeout,
-            (SubjectFailure::Protocol { .. }, _) => DivergenceKind::Protocol,
+            (SubjectFailure::Adapter { .. }, _)
+            | (SubjectFailure::Crash { .. }, _)
+            | (SubjectFailure::Timeout { .. }, _)
+            | (SubjectFailure::Protocol { .. }, _) => {
+                misbehaviour(failure).unwrap_or(DivergenceKind::Protocol)
+            }
         };
         Err(self.divergence(index, kind, describe_outcome(expected), failure.to_string()))
     }

@@ -91,6 +91,21 @@ pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> ExitC
         }
         println!("{line}");
     }
+    // Per relation, over its whole column: the share of the drawn cases
+    // inside its domain (a relation that judges few cases is weak here).
+    let mut judged = format!("{:<28}", "judged (% of drawn cases)");
+    for (column, relation) in relations.iter().enumerate() {
+        let (cases, drawn) = catches
+            .iter()
+            .skip(column)
+            .step_by(relations.len())
+            .fold((0, 0), |(cases, drawn), c| {
+                (cases + c.work.judged.cases_of(*relation), drawn + c.cases)
+            });
+        let percent = 100.0 * cases as f64 / drawn.max(1) as f64;
+        judged.push_str(&format!(" {:>5.0}%", percent));
+    }
+    println!("{judged}");
     println!(
         "\ncells: cases drawn until the relation failed (· none within {} cases or {} s; KIND:N another divergence first, after N cases); {:.1} s in all",
         args.cases,

@@ -4,8 +4,8 @@ use std::ops::Range;
 
 use kvmodel::Config;
 
-use super::observe::{Seen, Transcript, ViewBytes};
 use super::transform::{Pair, Part};
+use crate::check::record::{Seen, Transcript, ViewBytes};
 
 /// What is compared beyond outcomes, global ends and visible positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 //! corresponding steps ([`compare`]): outcomes (ok or refused, and the
 //! kind when the subject gives SPEC.md kinds), global ends, visible
 //! positions and view bytes. Corresponding writes carry identical payload
-//! bytes ([`observe::Payload`]); writer ids are not compared.
+//! bytes ([`crate::check::record::Payload`]); writer ids are not compared.
 //!
 //! A disagreement is a [`Divergence`] of kind
 //! [`DivergenceKind::Relation`] naming the relation; its trace is the
@@ -23,22 +23,21 @@
 //! reference model over random traces.
 
 pub mod compare;
+pub mod domain;
 mod explain;
-pub mod observe;
+
 pub mod power;
 pub mod transform;
 
-use std::fmt;
-
 use kvmodel::{Config, Op};
-use serde::{Deserialize, Serialize};
 
+use crate::check::record::{observe, Plan, Seen, Transcript};
+pub use crate::check::relation::Relation;
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::subject::{SubjectSpec, Unsupported};
 use crate::trace::{OracleTag, Trace};
 use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
-use observe::{observe, Plan, Transcript};
 use transform::{instances, Pair, Part};
 
 /// Instances tried per relation and trace when neither the caller nor
@@ -54,125 +53,6 @@ pub fn instances_from_env() -> usize {
         .ok()
         .flatten()
         .unwrap_or(DEFAULT_INSTANCES)
-}
-
-/// A relation of SPEC.md §9 (see `docs/relations.md` for preconditions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Relation {
-    /// M1: after `reset` the rest of the trace behaves as on a fresh cache
-    /// with the current capacity and window.
-    #[serde(rename = "M1")]
-    ResetIsFresh,
-    /// M2: a write of all heads equals two head-range writes `[0, h)` and
-    /// `[h, H)` of the same rows.
-    #[serde(rename = "M2")]
-    HeadSplit,
-    /// M3: changing the payload of one batch row changes no byte of the
-    /// others.
-    #[serde(rename = "M3")]
-    BatchRowsIndependent,
-    /// M4: changing the payload of one head changes no byte of the others.
-    #[serde(rename = "M4")]
-    HeadsIndependent,
-    /// M5: a rewrite of the rows with the bytes they already hold changes
-    /// nothing, and shows the view the first write showed.
-    #[serde(rename = "M5")]
-    RewriteIdempotent,
-    /// M6: a zero-length write at the global end changes no other outcome.
-    #[serde(rename = "M6")]
-    ProbePure,
-    /// M7: the same rows appended in other chunk sizes give the same view
-    /// at every boundary both runs share.
-    #[serde(rename = "M7")]
-    ChunkingInvariant,
-    /// M8: `write G+n` then `rewind G` changes nothing later.
-    #[serde(rename = "M8")]
-    AppendRewound,
-    /// M9: removing a refused op changes no other outcome.
-    #[serde(rename = "M9")]
-    RefusalPure,
-    /// M10 (beyond SPEC.md §9): an append followed by a rewrite of exactly
-    /// its rows equals the append carrying the rewrite's rows: the last
-    /// write wins.
-    #[serde(rename = "M10")]
-    LastWriteWins,
-}
-
-impl Relation {
-    /// Every relation, in SPEC.md order.
-    pub const ALL: [Relation; 10] = [
-        Relation::ResetIsFresh,
-        Relation::HeadSplit,
-        Relation::BatchRowsIndependent,
-        Relation::HeadsIndependent,
-        Relation::RewriteIdempotent,
-        Relation::ProbePure,
-        Relation::ChunkingInvariant,
-        Relation::AppendRewound,
-        Relation::RefusalPure,
-        Relation::LastWriteWins,
-    ];
-
-    /// `M1` … `M10`.
-    pub fn id(self) -> &'static str {
-        match self {
-            Relation::ResetIsFresh => "M1",
-            Relation::HeadSplit => "M2",
-            Relation::BatchRowsIndependent => "M3",
-            Relation::HeadsIndependent => "M4",
-            Relation::RewriteIdempotent => "M5",
-            Relation::ProbePure => "M6",
-            Relation::ChunkingInvariant => "M7",
-            Relation::AppendRewound => "M8",
-            Relation::RefusalPure => "M9",
-            Relation::LastWriteWins => "M10",
-        }
-    }
-
-    /// A short name: `reset-is-fresh`, `refusal-pure`, …
-    pub fn name(self) -> &'static str {
-        match self {
-            Relation::ResetIsFresh => "reset-is-fresh",
-            Relation::HeadSplit => "head-split",
-            Relation::BatchRowsIndependent => "batch-rows-independent",
-            Relation::HeadsIndependent => "heads-independent",
-            Relation::RewriteIdempotent => "rewrite-idempotent",
-            Relation::ProbePure => "probe-pure",
-            Relation::ChunkingInvariant => "chunking-invariant",
-            Relation::AppendRewound => "append-rewound",
-            Relation::RefusalPure => "refusal-pure",
-            Relation::LastWriteWins => "last-write-wins",
-        }
-    }
-
-    /// The divergence kind's name (`relation_m9`), used in file names.
-    pub fn kind_name(self) -> &'static str {
-        match self {
-            Relation::ResetIsFresh => "relation_m1",
-            Relation::HeadSplit => "relation_m2",
-            Relation::BatchRowsIndependent => "relation_m3",
-            Relation::HeadsIndependent => "relation_m4",
-            Relation::RewriteIdempotent => "relation_m5",
-            Relation::ProbePure => "relation_m6",
-            Relation::ChunkingInvariant => "relation_m7",
-            Relation::AppendRewound => "relation_m8",
-            Relation::RefusalPure => "relation_m9",
-            Relation::LastWriteWins => "relation_m10",
-        }
-    }
-
-    /// Parses `M9`, `m9` or `refusal-pure`.
-    pub fn parse(text: &str) -> Option<Relation> {
-        Relation::ALL
-            .into_iter()
-            .find(|r| r.id().eq_ignore_ascii_case(text) || r.name() == text)
-    }
-}
-
-impl fmt::Display for Relation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.id(), self.name())
-    }
 }
 
 /// Why a trace could not be checked at all (not a divergence).
@@ -193,6 +73,72 @@ pub struct Work {
     pub runs: usize,
     /// Ops sent to the subject over all runs.
     pub ops: usize,
+    /// What each relation judged.
+    pub judged: Judged,
+}
+
+/// Per relation (indexed like [`Relation::ALL`]): the traces it judged
+/// (at least one instance inside its domain ran and was compared) and the
+/// ops of the transformed runs it compared. A relation that judges few of
+/// the traces an engine draws is a weak one there, whatever it promises.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Judged {
+    /// Traces judged, per relation.
+    pub cases: [u64; Relation::ALL.len()],
+    /// Ops of the transformed runs compared, per relation.
+    pub ops: [u64; Relation::ALL.len()],
+}
+
+impl Judged {
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &Judged) {
+        for i in 0..Relation::ALL.len() {
+            self.cases[i] += other.cases[i];
+            self.ops[i] += other.ops[i];
+        }
+    }
+
+    /// Traces `relation` judged.
+    pub fn cases_of(&self, relation: Relation) -> u64 {
+        self.cases[relation.index()]
+    }
+
+    /// Ops `relation` compared.
+    pub fn ops_of(&self, relation: Relation) -> u64 {
+        self.ops[relation.index()]
+    }
+
+    /// Ops compared over every relation.
+    pub fn total_ops(&self) -> u64 {
+        self.ops.iter().sum()
+    }
+
+    /// Whether no relation judged anything (a run against the model).
+    pub fn is_empty(&self) -> bool {
+        self.cases.iter().all(|&c| c == 0)
+    }
+
+    /// One line per relation: `M7 chunking-invariant  judged 812 of 1000
+    /// traces (81%), 20400 ops`, for `drawn` traces.
+    pub fn table(&self, drawn: u64) -> String {
+        Relation::ALL
+            .iter()
+            .map(|&r| {
+                let cases = self.cases_of(r);
+                let percent = if drawn == 0 {
+                    0.0
+                } else {
+                    100.0 * cases as f64 / drawn as f64
+                };
+                format!(
+                    "  {:<4}{:<24} judged {cases:>7} of {drawn} traces ({percent:>3.0}%), {} ops\n",
+                    r.id(),
+                    r.name(),
+                    self.ops_of(r)
+                )
+            })
+            .collect()
+    }
 }
 
 /// One side of a comparison: a plan and what its run showed.
@@ -269,8 +215,19 @@ pub fn find(
         exact: subject.exact_kinds(),
     };
     for &relation in relations {
+        let mut judged = false;
         for instance in instances(relation, &original, &run, &capabilities, limit) {
             let other = run_counted(subject, &instance.plan, work)?;
+            let refused = |&t: &usize| other.seen.get(t).is_some_and(Seen::is_refused);
+            if other.failure.is_none() && instance.required.iter().any(refused) {
+                // Outside the relation's domain on this subject.
+                continue;
+            }
+            if !judged {
+                judged = true;
+                work.judged.cases[relation.index()] += 1;
+            }
+            work.judged.ops[relation.index()] += other.seen.len() as u64;
             let mismatch = first_mismatch(config, &run, &other, &instance.pairs, compared);
             if mismatch.is_none() && other.failure.is_none() {
                 continue;

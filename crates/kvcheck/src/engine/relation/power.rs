@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use kvcache::fault::CacheFault;
 
+use super::domain::draw;
 use super::{check, instances_from_env, Relation, Work};
 use crate::divergence::DivergenceKind;
-use crate::machine::CASE_DRAWS;
 use crate::minimize::minimize_with;
 use crate::oracle::Oracle;
 use crate::power::{profile_runners, Target};
@@ -100,7 +100,13 @@ pub fn catch_on(
     while started.elapsed() < budget && row.cases < max_cases && !selected.is_empty() {
         for (slot, &profile) in selected.iter().enumerate() {
             row.cases += 1;
-            let drawn = CASE_DRAWS[profile](&mut runners[slot], max_ops, &subject);
+            let drawn = draw(
+                profile,
+                &mut runners[slot],
+                max_ops,
+                &subject,
+                &capabilities,
+            );
             let Ok((config, ops)) = drawn else {
                 continue;
             };

@@ -11,8 +11,8 @@ use std::ops::Range;
 
 use kvmodel::{Op, Quant, Variant, Write};
 
-use super::observe::{Payload, Plan, Salt, Step, Transcript, FRESH_SOURCE};
 use super::Relation;
+use crate::check::record::{Payload, Plan, Salt, Step, Transcript, FRESH_SOURCE};
 use crate::subject::{Capabilities, Feature, OpKind};
 
 /// How an original step's observation is compared with a transformed one.
@@ -51,7 +51,22 @@ pub struct Instance {
     pub plan: Plan,
     /// Corresponding steps, in original order.
     pub pairs: Vec<Pair>,
+    /// Transformed steps that must succeed for the relation to apply (the
+    /// pieces of a rechunked append, an added rewind or rewrite): a
+    /// subject that refuses one by design is outside the relation's
+    /// domain there, not in breach of it.
+    pub required: Vec<usize>,
 }
+
+/// Source ids of the rows a replayed history writes before a reset (M1):
+/// far from every op index, salted row and added write, so that a row the
+/// reset failed to forget never equals the row written in its place.
+pub const HISTORY_SOURCE: u64 = 2 * FRESH_SOURCE;
+
+/// Most pieces M7 cuts one append into: single tokens up to this length,
+/// so that a fault of any multi-token path shows against the one-token
+/// path; longer appends are cut into this many equal pieces.
+const MOST_PIECES: i64 = 16;
 
 /// The instances of `relation` on `original` (whose run showed `run`), at
 /// most `limit` of them spread over the candidates (first and last first).
@@ -104,10 +119,19 @@ fn candidates(
     let ok = |i: usize| run.seen.get(i).is_some_and(|s| !s.is_refused());
     let indices = 0..steps.len().min(run.seen.len());
     match relation {
-        Relation::ResetIsFresh => indices
-            .filter(|&i| steps[i].op == Op::Reset && ok(i))
-            .filter(|&i| !config.growth || run.capacity.get(i).is_some())
-            .collect(),
+        Relation::ResetIsFresh => {
+            let mut resets: Vec<usize> = indices
+                .filter(|&i| steps[i].op == Op::Reset && ok(i))
+                .filter(|&i| !config.growth || run.capacity.get(i).is_some())
+                .collect();
+            // Projected into the domain: the whole trace replayed after a
+            // history and a reset (candidate `steps.len()`), unless growth
+            // may have left a capacity no fresh cache has.
+            if !config.growth && capabilities.has_op(OpKind::Reset) {
+                resets.push(steps.len());
+            }
+            resets
+        }
         Relation::HeadSplit => {
             if config.heads < 2 || !capabilities.has(Feature::HeadRanges) {
                 return Vec::new();
@@ -119,21 +143,19 @@ fn candidates(
                 })
                 .collect()
         }
-        Relation::BatchRowsIndependent if config.batch >= 2 => vec![0],
-        Relation::HeadsIndependent if config.heads >= 2 => vec![0],
+        // Every batch row and every head is a candidate for the part that
+        // changes: a row that reads another's bytes shows only when the
+        // row it reads from is the one changed.
+        Relation::BatchRowsIndependent if config.batch >= 2 => (0..config.batch).collect(),
+        Relation::HeadsIndependent if config.heads >= 2 => (0..config.heads).collect(),
         Relation::BatchRowsIndependent | Relation::HeadsIndependent => Vec::new(),
         Relation::RewriteIdempotent => indices
             .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 1) && ok(i))
             .collect(),
         Relation::ProbePure => indices.collect(),
-        Relation::ChunkingInvariant => {
-            if !chunking_applies(original, run) {
-                return Vec::new();
-            }
-            indices
-                .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 2))
-                .collect()
-        }
+        Relation::ChunkingInvariant => (0..chunking_prefix(original, run))
+            .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 2))
+            .collect(),
         Relation::AppendRewound => {
             if config.variant != Variant::Dense || !capabilities.has_op(OpKind::Rewind) {
                 return Vec::new();
@@ -161,34 +183,52 @@ fn candidates(
     }
 }
 
-/// M7's precondition on the whole trace: dense, or packed without
-/// quantization; every write an append (`s = G` as the run showed it) of
-/// all heads' rows with no recent window, and accepted; no pin; packed
-/// traces hold nothing but appends and resets (a rewind target that is a
-/// chunk boundary in one run is not in the other).
-fn chunking_applies(original: &Plan, run: &Transcript) -> bool {
+/// The longest prefix of the trace inside M7's domain (its length in
+/// steps): dense, or packed without quantization; every write an append
+/// (`s = G` as the run showed it) of all heads' rows with no recent
+/// window, and accepted; no pin; packed prefixes hold nothing but appends
+/// and resets (a rewind target that is a chunk boundary in one run is not
+/// in the other). M7 judges that prefix whatever follows it.
+fn chunking_prefix(original: &Plan, run: &Transcript) -> usize {
     let config = &original.config;
     let variant_ok = match config.variant {
         Variant::Dense => true,
         Variant::Packed => config.packed_policy().quant == Quant::None,
     };
-    variant_ok
-        && run.seen.len() == original.steps.len()
-        && original
-            .steps
-            .iter()
-            .enumerate()
-            .all(|(i, step)| match &step.op {
-                Op::Write(w) => {
-                    w.recent_window.is_none()
-                        && w.start >= 0
-                        && w.start as u64 == run.global_end_before(i)
-                        && !run.seen[i].is_refused()
-                }
-                Op::Pin { .. } => false,
-                Op::Reset => true,
-                Op::Rewind { .. } | Op::Evict { .. } => config.variant == Variant::Dense,
-            })
+    if !variant_ok {
+        return 0;
+    }
+    let eligible = |i: usize, step: &Step| match &step.op {
+        Op::Write(w) => {
+            w.recent_window.is_none()
+                && w.heads.is_none()
+                && w.start >= 0
+                && w.start as u64 == run.global_end_before(i)
+                && !run.seen[i].is_refused()
+        }
+        Op::Pin { .. } => false,
+        Op::Reset => true,
+        Op::Rewind { .. } | Op::Evict { .. } => config.variant == Variant::Dense,
+    };
+    original
+        .steps
+        .iter()
+        .take(run.seen.len())
+        .enumerate()
+        .take_while(|&(i, step)| eligible(i, step))
+        .count()
+}
+
+/// The lengths M7 cuts an append of `len` rows into (see [`MOST_PIECES`]).
+fn pieces(len: i64) -> Vec<i64> {
+    let size = (len + MOST_PIECES - 1) / MOST_PIECES;
+    let mut left = len;
+    let mut out = Vec::new();
+    while left > 0 {
+        out.push(size.min(left));
+        left -= size;
+    }
+    out
 }
 
 /// The plan with `replacement` in place of step `at`; pairs shift the
@@ -226,9 +266,46 @@ fn insert_pairs(mut pairs: Vec<Pair>, pair: Pair) -> Vec<Pair> {
 
 fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Option<Instance> {
     let config = &original.config;
-    let step = original.steps[at];
+    // M1's projected candidate is `n`, one past the last step; its arm
+    // uses no step of its own.
+    let step = *original.steps.get(at).or(original.steps.last())?;
     let n = original.steps.len();
+    let mut required = Vec::new();
     let (what, plan, pairs) = match relation {
+        Relation::ResetIsFresh if at == n => {
+            // The trace run again after a history of its own ops (with
+            // other rows) and a reset: the second pass must show what the
+            // original, fresh run showed.
+            let mut steps: Vec<Step> = original
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, step)| Step {
+                    op: step.op,
+                    payload: Payload::of(HISTORY_SOURCE + i as u64),
+                })
+                .collect();
+            steps.push(Step {
+                op: Op::Reset,
+                payload: Payload::of(0),
+            });
+            steps.extend_from_slice(&original.steps);
+            let pairs = (0..n)
+                .map(|i| Pair {
+                    original: i,
+                    transformed: n + 1 + i,
+                    part: Part::Whole,
+                })
+                .collect();
+            (
+                format!("the trace run after itself (other rows) and a reset at op {n}"),
+                Plan {
+                    config: config.clone(),
+                    steps,
+                },
+                pairs,
+            )
+        }
         Relation::ResetIsFresh => {
             let mut fresh = config.clone();
             if let Some(&capacity) = run.capacity.get(at) {
@@ -296,14 +373,14 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
         }
         Relation::BatchRowsIndependent | Relation::HeadsIndependent => {
             let (salt, part, what) = if relation == Relation::BatchRowsIndependent {
-                let b = config.batch - 1;
+                let b = at;
                 (
                     Salt::Batch(b),
                     Part::ExceptBatch(b),
                     format!("every write with other rows in batch row {b}"),
                 )
             } else {
-                let h = config.heads - 1;
+                let h = at;
                 (
                     Salt::Head(h),
                     Part::ExceptHead(h),
@@ -325,6 +402,7 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
         }
         Relation::RewriteIdempotent => {
             let (plan, pairs) = splice(original, at, vec![step, step]);
+            required.push(at + 1);
             let mut pairs = insert_pairs(
                 pairs,
                 Pair {
@@ -366,33 +444,42 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
         }
         Relation::ChunkingInvariant => {
             let w = *is_write(&step)?;
-            let first = w.len / 2;
-            let head = Step {
-                op: Op::Write(Write { len: first, ..w }),
-                payload: step.payload,
+            let lengths = pieces(w.len);
+            let mut start = w.start;
+            let replacement: Vec<Step> = lengths
+                .iter()
+                .map(|&len| {
+                    let piece = Step {
+                        op: Op::Write(Write { start, len, ..w }),
+                        payload: step.payload,
+                    };
+                    start += len;
+                    piece
+                })
+                .collect();
+            // Only the prefix inside the domain is judged; what follows it
+            // is left out of both sides.
+            let prefix = Plan {
+                config: config.clone(),
+                steps: original.steps[..chunking_prefix(original, run)].to_vec(),
             };
-            let tail = Step {
-                op: Op::Write(Write {
-                    start: w.start + first,
-                    len: w.len - first,
-                    ..w
-                }),
-                payload: step.payload,
-            };
-            let (plan, pairs) = splice(original, at, vec![head, tail]);
+            let (plan, pairs) = splice(&prefix, at, replacement);
+            let last = at + lengths.len() - 1;
             let pairs = insert_pairs(
                 pairs,
                 Pair {
                     original: at,
-                    transformed: at + 1,
+                    transformed: last,
                     part: Part::Whole,
                 },
             );
-            (
-                format!("op {at} appended as {first} + {} rows", w.len - first),
-                plan,
-                pairs,
-            )
+            required = (at..=last).collect();
+            let cut = if lengths.len() == w.len as usize {
+                format!("{} single rows", w.len)
+            } else {
+                format!("{} pieces of at most {} rows", lengths.len(), lengths[0])
+            };
+            (format!("op {at} appended as {cut}"), plan, pairs)
         }
         Relation::AppendRewound => {
             let g = run.global_end_before(at + 1);
@@ -410,6 +497,7 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
                 payload: Payload::of(0),
             };
             let (plan, pairs) = splice(original, at, vec![step, append, rewind]);
+            required.extend([at + 1, at + 2]);
             let pairs = insert_pairs(
                 pairs,
                 Pair {
@@ -460,5 +548,6 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
         what,
         plan,
         pairs,
+        required,
     })
 }

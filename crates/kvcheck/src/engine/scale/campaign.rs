@@ -27,6 +27,7 @@ use super::Shard;
 use crate::coverage::Coverage;
 use crate::divergence::Divergence;
 use crate::oracle::{run_case, Oracle};
+use crate::relation::Judged;
 use crate::strategy::PROFILES;
 use crate::subject::SubjectSpec;
 use crate::triage::Triage;
@@ -67,6 +68,8 @@ pub struct ProfileTally {
     pub coverage: Coverage,
     /// Cases that diverged.
     pub divergent: u64,
+    /// What each relation judged (against `self` only).
+    pub judged: Judged,
 }
 
 impl ProfileTally {
@@ -76,6 +79,7 @@ impl ProfileTally {
         self.ops += other.ops;
         self.busy += other.busy;
         self.coverage.merge(&other.coverage);
+        self.judged.merge(&other.judged);
     }
 }
 
@@ -108,6 +112,20 @@ impl CampaignOutcome {
     /// Ops checked over every profile.
     pub fn total_ops(&self) -> u64 {
         self.tallies.iter().map(|t| t.ops).sum()
+    }
+
+    /// Cases checked over every profile.
+    pub fn total_cases(&self) -> u64 {
+        self.tallies.iter().map(|t| t.cases).sum()
+    }
+
+    /// What each relation judged over every profile.
+    pub fn judged(&self) -> Judged {
+        let mut judged = Judged::default();
+        for tally in &self.tallies {
+            judged.merge(&tally.judged);
+        }
+        judged
     }
 }
 
@@ -240,6 +258,7 @@ impl Campaign {
             tally.cases += 1;
             tally.ops += outcome.ops_checked as u64;
             tally.coverage.merge(&outcome.coverage);
+            tally.judged.merge(&outcome.judged);
             let ops = control
                 .ops
                 .fetch_add(outcome.ops_checked as u64, Ordering::Relaxed)

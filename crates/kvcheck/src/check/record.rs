@@ -10,12 +10,13 @@
 
 use std::ops::Range;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use kvcache::KvCache;
-use kvmodel::{Config, Dtype, ErrorKind, Op, Write};
+use kvmodel::{Config, ErrorKind, Op, Write};
 
-use crate::divergence::DivergenceKind;
-use crate::payload::{row_bits, RowId};
+use crate::check::divergence::{misbehaviour, DivergenceKind};
+use crate::check::lockstep::payload_heads;
+use crate::check::payload::mixed_write_tensors;
 use crate::subject::{tensor_bytes, SubjectFailure, SubjectSpec};
 
 /// Payload elements above which a write is sent with an empty payload: a
@@ -248,7 +249,8 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, String>
     Ok(transcript)
 }
 
-/// A refusal as a caller sees it, or the subject's misbehaviour.
+/// A refusal as a caller sees it, or the subject's misbehaviour (the
+/// same classification the lockstep driver makes, [`misbehaviour`]).
 fn refusal(error: &kvcache::Error) -> Result<Seen, (DivergenceKind, String)> {
     let message = error.to_string();
     match (error, SubjectFailure::of(error)) {
@@ -256,21 +258,17 @@ fn refusal(error: &kvcache::Error) -> Result<Seen, (DivergenceKind, String)> {
             kind: Some(e.kind()),
             message,
         }),
-        (_, Some(SubjectFailure::Refused { kind, .. })) => Ok(Seen::Refused {
-            kind: Some(*kind),
-            message,
-        }),
-        (_, Some(SubjectFailure::Exception { .. })) => Ok(Seen::Refused {
-            kind: None,
-            message,
-        }),
-        (_, Some(failure @ SubjectFailure::Crash { .. })) => {
-            Err((DivergenceKind::Crash, failure.to_string()))
-        }
-        (_, Some(failure @ SubjectFailure::Timeout { .. })) => {
-            Err((DivergenceKind::Timeout, failure.to_string()))
-        }
-        (_, Some(failure)) => Err((DivergenceKind::Protocol, failure.to_string())),
+        (_, Some(failure)) => match (misbehaviour(failure), failure) {
+            (Some(kind), _) => Err((kind, failure.to_string())),
+            (None, SubjectFailure::Refused { kind, .. }) => Ok(Seen::Refused {
+                kind: Some(*kind),
+                message,
+            }),
+            (None, _) => Ok(Seen::Refused {
+                kind: None,
+                message,
+            }),
+        },
         // An in-process cache failing outside the contract on a payload
         // the harness built right: a bug of its own, as in lockstep.
         _ => Err((
@@ -300,7 +298,8 @@ fn write(
     } else {
         (0, 0)
     };
-    let (k, v) = payload_tensors(config, device, payload, start, len, heads)?;
+    let writer = |batch, head| payload.writer(batch, head);
+    let (k, v) = mixed_write_tensors(config, device, writer, start, len, heads)?;
     let view = cache.write_segments(w, &k, &v)?;
     let heads = match w.heads {
         Some([first, count]) if first >= 0 && count >= 1 => {
@@ -315,71 +314,4 @@ fn write(
         k: tensor_bytes(&view.k.to_contiguous()?)?,
         v: tensor_bytes(&view.v.to_contiguous()?)?,
     })
-}
-
-/// The heads a caller passes rows for: the `hc` heads a head range names
-/// whenever `hc ≥ 0`, valid or not (a range starting below 0 gets rows of
-/// heads past the last, which no valid write carries), else every head.
-/// A cache sees the request a caller would make, so a refusal of a
-/// malformed range is the cache's own.
-fn payload_heads(w: &Write, heads: usize) -> Range<usize> {
-    match w.heads {
-        Some([first, count]) if count >= 0 => {
-            let first = usize::try_from(first).unwrap_or(heads);
-            let count = usize::try_from(count).unwrap_or(0).min(PAYLOAD_LIMIT);
-            first..first.saturating_add(count)
-        }
-        _ => 0..heads,
-    }
-}
-
-/// The K and V tensors `[B, len, heads, D]` of `payload` at `start`.
-pub fn payload_tensors(
-    config: &Config,
-    device: &Device,
-    payload: Payload,
-    start: u64,
-    len: usize,
-    heads: Range<usize>,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let shape = [config.batch, len, heads.len(), config.head_dim];
-    let (mut k, mut v) = (Vec::new(), Vec::new());
-    for batch in 0..config.batch {
-        for i in 0..len as u64 {
-            for head in heads.clone() {
-                let id = RowId {
-                    writer: payload.writer(batch, head),
-                    position: start + i,
-                    batch,
-                    head,
-                };
-                row_bits(config.seed, config.dtype, config.head_dim, id, |_, x, y| {
-                    k.push(x);
-                    v.push(y);
-                });
-            }
-        }
-    }
-    let tensor = |bits: Vec<u32>| match config.dtype {
-        Dtype::F32 => Tensor::from_vec(
-            bits.into_iter().map(f32::from_bits).collect::<Vec<_>>(),
-            &shape,
-            device,
-        ),
-        Dtype::F16 => Tensor::from_vec(
-            bits.into_iter()
-                .map(|b| half::f16::from_bits(b as u16))
-                .collect::<Vec<_>>(),
-            &shape,
-            device,
-        ),
-        Dtype::Bf16 => Tensor::from_vec(
-            bits.into_iter()
-                .map(|b| half::bf16::from_bits(b as u16))
-                .collect::<Vec<_>>(),
-            &shape,
-            device,
-        ),
-    };
-    Ok((tensor(k)?, tensor(v)?))
 }
