@@ -155,21 +155,7 @@ impl From<CacheFault> for Target {
     }
 }
 
-/// What one engine did against one fault.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Catch {
-    /// Whether the engine found a divergence.
-    pub caught: bool,
-    /// Work until the first catch (or in all, when not caught), in the
-    /// engine's unit ([`Engine::unit`]).
-    pub work: u64,
-    /// Seconds until the first catch (or spent, when not caught).
-    pub seconds: f64,
-    /// Ops of the minimized counterexample, when there is one.
-    pub minimized_ops: Option<usize>,
-    /// The divergence in one line, or why nothing was found.
-    pub note: String,
-}
+pub use crate::report::Catch;
 
 impl Catch {
     fn escaped(work: u64, started: Instant, note: impl Into<String>) -> Catch {

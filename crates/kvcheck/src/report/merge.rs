@@ -1,8 +1,8 @@
 //! Merging the reports of a campaign's shards: each kind's counts added,
 //! shard lists checked for overlaps.
 
-use crate::scale::Shard;
-use crate::triage::merge_findings;
+use super::findings::merge_findings;
+use super::shard::Shard;
 
 #[allow(unused_imports)]
 use super::*;

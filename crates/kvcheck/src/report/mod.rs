@@ -13,11 +13,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::coverage::Coverage;
-use crate::power::Catch;
-use crate::scale::Shard;
-use crate::triage::FindingReport;
+use findings::FindingReport;
+use shard::Shard;
 
+pub mod findings;
 mod merge;
+pub mod shard;
 
 use merge::*;
 
@@ -431,4 +432,20 @@ impl Report {
             Report::Power(_) => "power",
         }
     }
+}
+
+/// What one engine did against one fault.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Catch {
+    /// Whether the engine found a divergence.
+    pub caught: bool,
+    /// Work until the first catch (or in all, when not caught), in the
+    /// engine's unit (`Engine::unit` of the power engine).
+    pub work: u64,
+    /// Seconds until the first catch (or spent, when not caught).
+    pub seconds: f64,
+    /// Ops of the minimized counterexample, when there is one.
+    pub minimized_ops: Option<usize>,
+    /// The divergence in one line, or why nothing was found.
+    pub note: String,
 }

@@ -6,8 +6,7 @@
 pub mod campaign;
 pub mod jobs;
 pub use crate::report;
-pub mod shard;
 
 pub use campaign::{Campaign, CampaignOutcome, Found, ProfileTally};
 pub use jobs::{available_cores, case_seed, default_jobs, parse_jobs};
-pub use shard::{Shard, ShardError};
+pub use crate::report::shard::{Shard, ShardError};

@@ -13,29 +13,11 @@
 use std::fmt;
 
 use kvmodel::{Config, Model, Op, Outcome};
-use serde::{Deserialize, Serialize};
+
 
 use crate::divergence::{Divergence, DivergenceKind, RowSource};
 
-/// What a group of divergences has in common.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct TriageSignature {
-    /// The divergence kind ([`DivergenceKind::name`]).
-    pub kind: String,
-    /// The variant of the trace's config (`dense`, `packed`): two caches,
-    /// two code paths.
-    pub variant: String,
-    /// The op at the divergence ([`Op::name`]).
-    pub op: String,
-    /// The shape of the first difference, kind-dependent: for an outcome
-    /// `err non_sequential → ok` (with the rule of the refusal where it has
-    /// several: `err head_range (zero heads) → ok`), for visible positions the role of the
-    /// first position that differs (`missing sink`, `extra evicted`), for
-    /// values what the first wrong row holds instead of what
-    /// (`an older write where its own write`), for a shape the axes that
-    /// differ; the exception type of an `exec:` subject is part of it.
-    pub shape: String,
-}
+pub use crate::report::findings::TriageSignature;
 
 impl TriageSignature {
     /// The signature of `divergence`.
