@@ -199,12 +199,10 @@ impl Transcript {
 /// Opens `subject` for `plan.config` and runs every step, recording what it
 /// shows. A subject that cannot be opened is an error (the caller decides
 /// whether that is a failure or a skip).
-pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, String> {
+pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, super::ObserveError> {
     let device = Device::Cpu;
-    let capabilities = subject.capabilities().map_err(|f| f.to_string())?;
-    let (mut cache, link) = subject
-        .open_linked(&plan.config, &device)
-        .map_err(|e| e.to_string())?;
+    let capabilities = subject.capabilities()?;
+    let (mut cache, link) = subject.open_linked(&plan.config, &device)?;
     let mut transcript = Transcript::default();
     for (index, step) in plan.steps.iter().enumerate() {
         if let Some(link) = &link {

@@ -8,6 +8,6 @@ pub mod jobs;
 pub use crate::report;
 pub mod shard;
 
-pub use campaign::{Campaign, CampaignOutcome, Found, ProfileTally};
-pub use jobs::{available_cores, case_seed, default_jobs, parse_jobs};
+pub use campaign::{Campaign, CampaignError, CampaignOutcome, Found, ProfileTally};
+pub use jobs::{available_cores, case_seed, default_jobs, parse_jobs, InvalidJobs};
 pub use shard::{Shard, ShardError};
