@@ -26,7 +26,7 @@ mod rows;
 mod view;
 mod write;
 
-pub use base::FaultBase;
+pub use base::{FaultBase, UnknownFaultBase};
 pub use cache::FaultyCache;
 
 use kvmodel::{Quant, Variant};

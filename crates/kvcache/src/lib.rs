@@ -39,7 +39,7 @@ pub mod segments;
 
 pub use dense::DenseCache;
 pub use packed::PackedCache;
-pub use path::Path;
+pub use path::{Path, UnknownPath};
 pub use ring::RingCache;
 pub use segments::{Segment, SegmentedView, Segments};
 

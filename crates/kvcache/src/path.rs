@@ -52,17 +52,25 @@ impl fmt::Display for Path {
     }
 }
 
+/// A cache path name that is neither `in-place` nor `generic`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown cache path {text:?}: expected \"in-place\" or \"generic\"")]
+pub struct UnknownPath {
+    /// The text parsed.
+    pub text: String,
+}
+
 impl FromStr for Path {
-    type Err = String;
+    type Err = UnknownPath;
 
     /// Parses `in-place` or `generic`; the error names the accepted values.
-    fn from_str(s: &str) -> Result<Path, String> {
+    fn from_str(s: &str) -> Result<Path, UnknownPath> {
         match s {
             "in-place" => Ok(Path::InPlace),
             "generic" => Ok(Path::Generic),
-            other => Err(format!(
-                "unknown cache path {other:?}: expected \"in-place\" or \"generic\""
-            )),
+            other => Err(UnknownPath {
+                text: other.to_string(),
+            }),
         }
     }
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kvcheck::fuzzcase::{
-    check_lockstep_with, check_subject_with, FuzzCase, Target, CONFIG_BYTES, OP_BYTES,
+    check_lockstep_with, check_subject_with, FuzzCase, FuzzFailure, Target, CONFIG_BYTES, OP_BYTES,
 };
 use kvcheck::lockstep::ValueCheck;
 use kvcheck::subject::SubjectSpec;
@@ -69,7 +69,7 @@ fn random_inputs() -> Vec<Vec<u8>> {
 
 /// The previous per-exec work: the whole case decoded first (with a model
 /// of its own), then run with views compared `Materialized`.
-fn before(target: Target, input: &[u8]) -> Result<(), String> {
+fn before(target: Target, input: &[u8]) -> Result<(), FuzzFailure> {
     let materialized = ValueCheck::Materialized;
     match target {
         Target::DenseLockstep => {

@@ -8,5 +8,11 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    cli::run(args)
+    match cli::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            error.report();
+            ExitCode::from(error.exit_code())
+        }
+    }
 }

@@ -49,15 +49,25 @@ impl fmt::Display for FaultBase {
     }
 }
 
+/// A fault base name that is not `shipped`, `generic` or `ring`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown cache {text:?}: expected shipped, generic or ring")]
+pub struct UnknownFaultBase {
+    /// The text parsed.
+    pub text: String,
+}
+
 impl FromStr for FaultBase {
-    type Err = String;
+    type Err = UnknownFaultBase;
 
     /// Parses `shipped`, `generic` or `ring`; the error names the accepted
     /// values.
-    fn from_str(text: &str) -> Result<FaultBase, String> {
+    fn from_str(text: &str) -> Result<FaultBase, UnknownFaultBase> {
         FaultBase::ALL
             .into_iter()
             .find(|b| b.name() == text)
-            .ok_or_else(|| format!("unknown cache {text:?}: expected shipped, generic or ring"))
+            .ok_or_else(|| UnknownFaultBase {
+                text: text.to_string(),
+            })
     }
 }

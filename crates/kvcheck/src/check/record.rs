@@ -197,15 +197,27 @@ impl Transcript {
     }
 }
 
+/// Why [`observe`] could not run a plan: the subject could not
+/// say what it can express, or refused to open the plan's config. The
+/// caller decides whether that is a failure or a skip.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// Asking the subject for its capabilities failed (an `exec:` subject
+    /// that did not start or did not say `hello`).
+    #[error(transparent)]
+    Capabilities(#[from] SubjectFailure),
+    /// The subject refused to open the plan's config.
+    #[error(transparent)]
+    Open(#[from] kvcache::Error),
+}
+
 /// Opens `subject` for `plan.config` and runs every step, recording what it
 /// shows. A subject that cannot be opened is an error (the caller decides
 /// whether that is a failure or a skip).
-pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, String> {
+pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, ObserveError> {
     let device = Device::Cpu;
-    let capabilities = subject.capabilities().map_err(|f| f.to_string())?;
-    let (mut cache, link) = subject
-        .open_linked(&plan.config, &device)
-        .map_err(|e| e.to_string())?;
+    let capabilities = subject.capabilities()?;
+    let (mut cache, link) = subject.open_linked(&plan.config, &device)?;
     let mut transcript = Transcript::default();
     for (index, step) in plan.steps.iter().enumerate() {
         if let Some(link) = &link {

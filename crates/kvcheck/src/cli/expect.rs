@@ -1,11 +1,10 @@
 //! `kvcheck expect`: fill a trace's `expect` from the model.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use kvcheck::trace::Trace;
 
-use super::EXIT_INPUT;
+use super::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -16,25 +15,11 @@ pub struct Args {
     output: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> ExitCode {
-    let trace = match Trace::load(&args.file) {
-        Ok(trace) => trace.with_model_expect(),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
-    };
+pub fn run(args: Args) -> Result<(), CliError> {
+    let trace = Trace::load(&args.file)?.with_model_expect();
     match &args.output {
-        None => {
-            print!("{}", trace.to_json());
-            ExitCode::SUCCESS
-        }
-        Some(path) => match trace.save(path) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(EXIT_INPUT)
-            }
-        },
+        None => print!("{}", trace.to_json()),
+        Some(path) => trace.save(path)?,
     }
+    Ok(())
 }

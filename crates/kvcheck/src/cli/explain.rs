@@ -2,13 +2,12 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use kvcheck::explain::html::render_html;
 use kvcheck::explain::{render_text, walk};
 use kvcheck::oracle::Oracle;
 
-use super::{EXIT_INPUT, EXIT_MISMATCH};
+use super::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -22,62 +21,57 @@ pub struct Args {
     html: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> ExitCode {
-    let trace = match super::load_trace(&args.file) {
-        Ok(trace) => trace,
-        Err(code) => return code,
-    };
-    let mut trace = trace;
-    let oracle = match super::trace_oracle(&args.subject, &mut trace, &args.file) {
-        Ok(oracle) => oracle,
-        Err(code) => return code,
-    };
+pub fn run(args: Args) -> Result<(), CliError> {
+    let mut trace = super::load_trace(&args.file)?;
+    let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
     if !oracle.is_model() {
         return side_by_side(&args, &trace, &oracle);
     }
-    match walk(&trace, args.subject.spec()) {
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            ExitCode::from(EXIT_INPUT)
-        }
-        Ok(walk) => {
-            print!("{}", render_text(&walk, std::io::stdout().is_terminal()));
-            if let Some(out) = &args.html {
-                if let Err(e) = std::fs::write(out, render_html(&walk)) {
-                    eprintln!("error: {}: {e}", out.display());
-                    return ExitCode::from(EXIT_INPUT);
-                }
-                eprintln!("wrote {}", out.display());
-            }
-            if walk.divergence.is_some() {
-                ExitCode::from(EXIT_MISMATCH)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+    let walk = walk(&trace, args.subject.spec()).map_err(|source| CliError::Walk {
+        file: args.file.clone(),
+        source,
+    })?;
+    print!("{}", render_text(&walk, std::io::stdout().is_terminal()));
+    if let Some(out) = &args.html {
+        std::fs::write(out, render_html(&walk)).map_err(|source| CliError::Write {
+            path: out.clone(),
+            source,
+        })?;
+        eprintln!("wrote {}", out.display());
+    }
+    if walk.divergence.is_some() {
+        Err(CliError::Diverged)
+    } else {
+        Ok(())
     }
 }
 
 /// A trace checked against its own runs or another subject: both runs side
 /// by side and the first step where they part.
-fn side_by_side(args: &Args, trace: &kvcheck::trace::Trace, oracle: &Oracle) -> ExitCode {
+fn side_by_side(
+    args: &Args,
+    trace: &kvcheck::trace::Trace,
+    oracle: &Oracle,
+) -> Result<(), CliError> {
     let subject = args.subject.spec();
-    match oracle.find(&trace.config, &trace.ops, &subject) {
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            ExitCode::from(EXIT_INPUT)
-        }
-        Ok(None) => {
+    let found = oracle
+        .find(&trace.config, &trace.ops, &subject)
+        .map_err(|source| CliError::NotChecked {
+            file: args.file.clone(),
+            source,
+        })?;
+    match found {
+        None => {
             println!(
                 "no divergence: {} agrees with oracle {oracle} on all {} ops",
                 subject.name(&trace.config),
                 trace.ops.len()
             );
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Ok(Some(finding)) => {
+        Some(finding) => {
             print!("{}", kvcheck::relation::render(&finding));
-            ExitCode::from(EXIT_MISMATCH)
+            Err(CliError::Diverged)
         }
     }
 }

@@ -2,7 +2,6 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use kvcheck::triage::{findings_table, Triage};
 use kvcheck::{Config, Variant};
 use rayon::prelude::*;
 
-use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
+use super::{failures_dir, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -85,26 +84,17 @@ pub struct Args {
     triage: super::triage::TriageArgs,
 }
 
-pub fn run(args: Args) -> ExitCode {
-    let variant = match args.variant.as_deref() {
-        None => None,
-        Some("dense") => Some(Variant::Dense),
-        Some("packed") => Some(Variant::Packed),
-        Some(other) => {
-            eprintln!("error: unknown variant {other:?}: expected dense or packed");
-            return ExitCode::from(EXIT_INPUT);
-        }
-    };
+pub fn run(args: Args) -> Result<(), CliError> {
+    let variant = args
+        .variant
+        .as_deref()
+        .map(super::run::parse_variant)
+        .transpose()?;
     let (configs, prefix) = if args.grid {
         (grid::configs(args.max_capacity, variant), Vec::new())
     } else if let Some(path) = &args.config {
-        match Trace::load(path) {
-            Ok(trace) => (vec![trace.config], trace.ops),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_INPUT);
-            }
-        }
+        let trace = Trace::load(path)?;
+        (vec![trace.config], trace.ops)
     } else {
         let mut config = match variant {
             Some(Variant::Packed) => Config::packed(args.capacity),
@@ -115,10 +105,12 @@ pub fn run(args: Args) -> ExitCode {
         (vec![config], Vec::new())
     };
     for config in &configs {
-        if let Err(e) = config.validate() {
-            eprintln!("error: {}: {e}", describe_config(config));
-            return ExitCode::from(EXIT_INPUT);
-        }
+        config
+            .validate()
+            .map_err(|source| CliError::InvalidConfig {
+                config: describe_config(config),
+                source,
+            })?;
     }
     let alphabet = if args.small_alphabet {
         Alphabet::Small
@@ -128,13 +120,7 @@ pub fn run(args: Args) -> ExitCode {
     let depth = args.depth.unwrap_or_else(default_depth);
     let subject = args.subject.spec();
     super::announce(&subject);
-    let capabilities = match subject.capabilities() {
-        Ok(capabilities) => capabilities,
-        Err(e) => {
-            eprintln!("error: cannot ask the subject for its capabilities: {e}");
-            return ExitCode::from(EXIT_MISMATCH);
-        }
-    };
+    let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
     // A grid keeps the configs of its shard (by index in the whole grid,
     // so every machine numbers them alike) and the configs the subject can
     // express; a single config or prefix it cannot express is bad input.
@@ -155,10 +141,12 @@ pub fn run(args: Args) -> ExitCode {
         );
     }
     for (_, config) in &configs {
-        if let Err(e) = capabilities.supports_trace(config, &prefix) {
-            eprintln!("error: {}: {e}", describe_config(config));
-            return ExitCode::from(EXIT_INPUT);
-        }
+        capabilities
+            .supports_trace(config, &prefix)
+            .map_err(|source| CliError::Unsupported {
+                config: describe_config(config),
+                source,
+            })?;
     }
     let oracle = args.subject.oracle();
     super::announce_oracle(&oracle);
@@ -263,20 +251,19 @@ pub fn run(args: Args) -> ExitCode {
     if let Some((index, mut divergence)) = found {
         // The bar counts every node expanded, hidden or not, on every
         // worker: the effort the search spent before its discovery.
-        let code = discovery(&mut divergence, (bar.position(), elapsed), &args.out);
+        discovery(&mut divergence, (bar.position(), elapsed), &args.out);
         summary.discovery = Some(DiscoveryReport {
             index,
             summary: divergence.summary(),
             ops: divergence.trace.ops.len(),
             trace: divergence.saved.as_ref().map(|p| p.display().to_string()),
         });
-        return write_json(&summary, &args.json).unwrap_or(code);
+        write_json(&summary, &args.json)?;
+        return Err(CliError::Diverged);
     }
     let dir = failures_dir(args.out.clone());
     summary.findings = super::triage::settle(&args.triage, &triage, &subject, &dir);
-    if let Some(code) = write_json(&summary, &args.json) {
-        return code;
-    }
+    write_json(&summary, &args.json)?;
     if args.grid {
         print_grid(&summary, args.no_sometimes)
     } else {
@@ -287,19 +274,17 @@ pub fn run(args: Args) -> ExitCode {
         let report = &reports[0];
         print!("{report}{}", findings_table(&summary.findings));
         let _ = sometimes(&report.coverage, &report.missing_events(), true);
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::Diverged)
     }
 }
 
-/// Writes the `--json` report; `Some` is the exit status of a failure.
-fn write_json(summary: &ExploreSummary, path: &Option<PathBuf>) -> Option<ExitCode> {
-    let path = path.as_ref()?;
-    match Report::Explore(summary.clone()).save(path) {
-        Ok(()) => None,
-        Err(e) => {
-            eprintln!("error: cannot write the report: {e}");
-            Some(ExitCode::from(EXIT_INPUT))
-        }
+/// Writes the `--json` report, when asked for.
+fn write_json(summary: &ExploreSummary, path: &Option<PathBuf>) -> Result<(), CliError> {
+    match path {
+        None => Ok(()),
+        Some(path) => Report::Explore(summary.clone())
+            .save(path)
+            .map_err(CliError::WriteReport),
     }
 }
 
@@ -322,11 +307,12 @@ fn progress_bar(configs: usize) -> ProgressBar {
     bar
 }
 
+/// Saves the discovery's trace and prints it.
 fn discovery(
     divergence: &mut Divergence,
     (nodes, elapsed): (u64, Duration),
     out: &Option<PathBuf>,
-) -> ExitCode {
+) {
     let dir = failures_dir(out.clone());
     if let Err(e) = divergence.save_in(&dir) {
         eprintln!(
@@ -340,18 +326,18 @@ fn discovery(
         elapsed.as_secs_f64()
     );
     print!("{divergence}");
-    ExitCode::from(EXIT_MISMATCH)
 }
 
-fn summarize_one(report: &ExploreReport, no_sometimes: bool) -> ExitCode {
+fn summarize_one(report: &ExploreReport, no_sometimes: bool) -> Result<(), CliError> {
     print!("{report}");
     println!("no discovery");
     sometimes(&report.coverage, &report.missing_events(), no_sometimes)
 }
 
 /// The grid table: what one grid run prints and what `kvcheck merge`
-/// prints for the shards of one.
-pub fn print_grid(summary: &ExploreSummary, no_sometimes: bool) -> ExitCode {
+/// prints for the shards of one; an error when the grid made a discovery
+/// or (unless `no_sometimes`) missed a required event.
+pub fn print_grid(summary: &ExploreSummary, no_sometimes: bool) -> Result<(), CliError> {
     println!("configs          {}", summary.configs.len());
     println!(
         "depth            {} of {} (least completed over configs)",
@@ -373,31 +359,33 @@ pub fn print_grid(summary: &ExploreSummary, no_sometimes: bool) -> ExitCode {
         if let Some(trace) = &d.trace {
             println!("  trace: {trace}");
         }
-        return ExitCode::from(EXIT_MISMATCH);
+        return Err(CliError::Diverged);
     }
     if !summary.findings.is_empty() {
         // Triage mode: the search went on past every divergence.
         print!("{}", findings_table(&summary.findings));
         let _ = sometimes(&summary.coverage(), &summary.missing(), true);
-        return ExitCode::from(EXIT_MISMATCH);
+        return Err(CliError::Diverged);
     }
     println!("no discovery");
     sometimes(&summary.coverage(), &summary.missing(), no_sometimes)
 }
 
-fn sometimes(coverage: &Coverage, missed: &[String], no_sometimes: bool) -> ExitCode {
+/// Prints the events reached; [`CliError::EventsMissed`] when a required
+/// one was not (unless `no_sometimes`).
+fn sometimes(coverage: &Coverage, missed: &[String], no_sometimes: bool) -> Result<(), CliError> {
     println!("events:");
     for (event, n) in coverage.iter() {
         println!("  {event:<24} {n}");
     }
     if missed.is_empty() {
         println!("sometimes: every required event reached");
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
     println!("sometimes: never reached: {}", missed.join(", "));
     if no_sometimes {
-        ExitCode::SUCCESS
+        Ok(())
     } else {
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::EventsMissed(missed.to_vec()))
     }
 }

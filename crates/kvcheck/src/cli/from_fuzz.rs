@@ -4,13 +4,12 @@
 //! one of each minimized.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use kvcheck::fuzzcase::Target;
 use kvcheck::minimize::run_subject;
 use kvcheck::triage::{findings_table, Triage};
 
-use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
+use super::{failures_dir, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -36,27 +35,31 @@ pub struct Args {
     triage: super::triage::TriageArgs,
 }
 
-fn parse_target(name: &str) -> Result<Target, String> {
-    Target::from_name(name).ok_or_else(|| {
-        format!(
-            "unknown target {name:?}: expected one of {}",
-            Target::ALL.map(Target::name).join(", ")
-        )
+/// A fuzz target name that names no target of `fuzz/fuzz_targets/`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown target {name:?}: expected one of {}",
+    Target::ALL.map(Target::name).join(", ")
+)]
+pub struct UnknownTarget {
+    /// The name given.
+    pub name: String,
+}
+
+fn parse_target(name: &str) -> Result<Target, UnknownTarget> {
+    Target::from_name(name).ok_or_else(|| UnknownTarget {
+        name: name.to_string(),
     })
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Result<(), CliError> {
     if args.triage.keep_going {
         return triage(&args);
     }
     let [file] = args.files.as_slice() else {
-        eprintln!("error: one input file at a time; --keep-going triages many");
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::OneInputAtATime);
     };
-    let mut trace = match read_trace(args.target, file) {
-        Ok(trace) => trace,
-        Err(code) => return code,
-    };
+    let mut trace = read_trace(args.target, file)?;
     if trace.note.is_none() {
         trace.note = Some(format!(
             "from fuzz target {} input {}",
@@ -65,44 +68,36 @@ pub fn run(args: Args) -> ExitCode {
         ));
     }
     match &args.output {
-        None => {
-            print!("{}", trace.to_json());
-            ExitCode::SUCCESS
+        None => print!("{}", trace.to_json()),
+        Some(path) => {
+            trace.save(path)?;
+            eprintln!("wrote {}", path.display());
         }
-        Some(path) => match trace.save(path) {
-            Ok(()) => {
-                eprintln!("wrote {}", path.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(EXIT_INPUT)
-            }
-        },
     }
+    Ok(())
 }
 
-fn read_trace(target: Target, file: &Path) -> Result<kvcheck::trace::Trace, ExitCode> {
-    let bytes = std::fs::read(file).map_err(|e| {
-        eprintln!("error: {}: {e}", file.display());
-        ExitCode::from(EXIT_INPUT)
+fn read_trace(target: Target, file: &Path) -> Result<kvcheck::trace::Trace, CliError> {
+    let bytes = std::fs::read(file).map_err(|source| CliError::Read {
+        path: file.to_path_buf(),
+        source,
     })?;
-    target.to_trace(&bytes).map_err(|e| {
-        eprintln!("error: {}: {e}", file.display());
-        ExitCode::from(EXIT_INPUT)
+    target.to_trace(&bytes).map_err(|source| CliError::Decode {
+        file: file.to_path_buf(),
+        source,
     })
 }
 
 /// The inputs named on the command line, directories expanded to the
 /// files in them, sorted so that the first input of a signature is the
 /// same on every machine.
-fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ExitCode> {
+fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
     let mut files = Vec::new();
     for path in paths {
         if path.is_dir() {
-            let entries = std::fs::read_dir(path).map_err(|e| {
-                eprintln!("error: {}: {e}", path.display());
-                ExitCode::from(EXIT_INPUT)
+            let entries = std::fs::read_dir(path).map_err(|source| CliError::Read {
+                path: path.clone(),
+                source,
             })?;
             let mut found: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -119,18 +114,17 @@ fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ExitCode> {
 
 /// `--keep-going`: every input replayed against the subject, the
 /// divergences triaged.
-fn triage(args: &Args) -> ExitCode {
-    let files = match inputs(&args.files) {
-        Ok(files) => files,
-        Err(code) => return code,
-    };
+fn triage(args: &Args) -> Result<(), CliError> {
+    let files = inputs(&args.files)?;
     let subject = args.subject.spec();
     super::announce(&subject);
     let (mut triage, mut skipped, mut passed) = (Triage::new(), 0, 0);
     for (i, file) in files.iter().enumerate() {
         let trace = match read_trace(args.target, file) {
             Ok(trace) => trace,
-            Err(_) => {
+            Err(error) => {
+                // Reported, counted, and the triage goes on.
+                error.report();
                 skipped += 1;
                 continue;
             }
@@ -161,8 +155,8 @@ fn triage(args: &Args) -> ExitCode {
     let findings = super::triage::settle(&args.triage, &triage, &subject, &dir);
     print!("{}", findings_table(&findings));
     if findings.is_empty() {
-        ExitCode::SUCCESS
+        Ok(())
     } else {
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::Diverged)
     }
 }

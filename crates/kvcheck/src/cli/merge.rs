@@ -1,11 +1,10 @@
 //! `kvcheck merge`: one table from the JSON reports of a campaign's shards.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use kvcheck::scale::report::Report;
 
-use super::{EXIT_INPUT, EXIT_MISMATCH};
+use super::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -21,24 +20,12 @@ pub struct Args {
     no_sometimes: bool,
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Result<(), CliError> {
     let mut reports = Vec::new();
     for path in &args.files {
-        match Report::load(path) {
-            Ok(report) => reports.push(report),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_INPUT);
-            }
-        }
+        reports.push(Report::load(path)?);
     }
-    let merged = match Report::merge(reports) {
-        Ok(merged) => merged,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
-    };
+    let merged = Report::merge(reports)?;
     let shards = merged.shards();
     let count = shards.first().map_or(1, |s| s.count);
     let absent: Vec<String> = (1..=count)
@@ -61,20 +48,17 @@ pub fn run(args: Args) -> ExitCode {
         );
     }
     if let Some(path) = &args.json {
-        if let Err(e) = merged.save(path) {
-            eprintln!("error: cannot write the report: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
+        merged.save(path).map_err(CliError::WriteReport)?;
     }
-    let code = match &merged {
+    let verdict = match &merged {
         Report::Run(report) => super::run::print_tables(report),
         Report::Explore(summary) => super::explore::print_grid(summary, args.no_sometimes),
         Report::Power(power) => super::power_table::print_table(power),
     };
     if absent.is_empty() {
-        code
+        verdict
     } else {
         // A partial campaign is not a pass.
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::ShardsAbsent(absent))
     }
 }

@@ -1,11 +1,10 @@
 //! `kvcheck minimize`: shrink a failing trace, keeping the same failure.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use kvcheck::minimize::{max_tests_default, minimize_with, Minimized};
 
-use super::{EXIT_INPUT, EXIT_MISMATCH};
+use super::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -21,44 +20,32 @@ pub struct Args {
     max_tests: Option<usize>,
 }
 
-pub fn run(args: Args) -> ExitCode {
-    let trace = match super::load_trace(&args.file) {
-        Ok(trace) => trace,
-        Err(code) => return code,
-    };
+pub fn run(args: Args) -> Result<(), CliError> {
+    let mut trace = super::load_trace(&args.file)?;
     let subject = args.subject.spec();
     super::announce(&subject);
-    let mut trace = trace;
-    let oracle = match super::trace_oracle(&args.subject, &mut trace, &args.file) {
-        Ok(oracle) => oracle,
-        Err(code) => return code,
-    };
-    let minimized = match minimize_with(
+    let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
+    let minimized = minimize_with(
         &trace,
         subject,
         &oracle,
         args.max_tests.unwrap_or_else(max_tests_default),
-    ) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            return ExitCode::from(EXIT_INPUT);
-        }
-    };
+    )
+    .map_err(|source| CliError::Minimize {
+        file: args.file.clone(),
+        source,
+    })?;
     print_summary(&minimized, &mut std::io::stderr());
     match &args.output {
         None => print!("{}", minimized.trace.to_json()),
         Some(path) => {
-            if let Err(e) = minimized.trace.save(path) {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_INPUT);
-            }
+            minimized.trace.save(path)?;
             eprintln!("wrote {}", path.display());
         }
     }
     // The minimized trace still fails: that is the point, but a script that
     // pipes it on should know, so the status says "divergence".
-    ExitCode::from(EXIT_MISMATCH)
+    Err(CliError::StillFails)
 }
 
 /// The before/after sizes, the passes and the kept failure, for people.

@@ -1,5 +1,6 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
+mod error;
 mod expect;
 mod explain;
 mod explore;
@@ -17,9 +18,10 @@ mod serve;
 mod triage;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+pub use error::{CliError, UnknownVariant};
 
 /// Exit status for a mismatch or divergence.
 pub const EXIT_MISMATCH: u8 = 1;
@@ -105,14 +107,12 @@ enum Command {
     Power(power::Args),
 }
 
-/// Runs the parsed command line and returns the process exit status.
-pub fn run(cli: Cli) -> ExitCode {
+/// Runs the parsed command line; `Err` says why it fails, and
+/// [`CliError::exit_code`] turns that into the process exit status.
+pub fn run(cli: Cli) -> Result<(), CliError> {
     // One policy for every knob: a variable set to something it cannot
     // hold stops the program here, naming it, whatever the command.
-    if let Err(e) = kvcheck::settings::check_env() {
-        eprintln!("error: {e}");
-        return ExitCode::from(EXIT_INPUT);
-    }
+    kvcheck::settings::check_env()?;
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Merge(args) => merge::run(args),
@@ -130,13 +130,9 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Loads a trace, or prints the error (which names the file and the
-/// problem) and returns the input-error exit status.
-pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, ExitCode> {
-    kvcheck::trace::Trace::load(path).map_err(|e| {
-        eprintln!("error: {e}");
-        ExitCode::from(EXIT_INPUT)
-    })
+/// Loads a trace; the error names the file and the problem.
+pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, CliError> {
+    Ok(kvcheck::trace::Trace::load(path)?)
 }
 
 /// The subject options every engine takes.
@@ -199,14 +195,13 @@ impl SubjectArgs {
     pub fn oracle_for(
         &self,
         trace: &mut kvcheck::trace::Trace,
-    ) -> Result<kvcheck::oracle::Oracle, String> {
+    ) -> Result<kvcheck::oracle::Oracle, kvcheck::relation::OracleError> {
         let oracle = match &self.oracle {
             Some(_) => self.oracle(),
             None => kvcheck::oracle::Oracle::for_trace(
                 &kvcheck::oracle::Oracle::Model,
                 trace.oracle.as_ref(),
-            )
-            .map_err(|e| format!("the trace's oracle: {e}"))?,
+            )?,
         };
         if self.oracle.is_some() {
             trace.oracle = oracle.tag();
@@ -216,16 +211,19 @@ impl SubjectArgs {
 }
 
 /// [`SubjectArgs::oracle_for`] for a trace loaded from `file`, announced;
-/// an unreadable `oracle` field is printed and ends the command.
+/// an unreadable `oracle` field ends the command with an error naming the
+/// file.
 pub fn trace_oracle(
     args: &SubjectArgs,
     trace: &mut kvcheck::trace::Trace,
     file: &std::path::Path,
-) -> Result<kvcheck::oracle::Oracle, ExitCode> {
-    let oracle = args.oracle_for(trace).map_err(|e| {
-        eprintln!("error: {}: {e}", file.display());
-        ExitCode::from(EXIT_INPUT)
-    })?;
+) -> Result<kvcheck::oracle::Oracle, CliError> {
+    let oracle = args
+        .oracle_for(trace)
+        .map_err(|source| CliError::TraceOracle {
+            file: file.to_path_buf(),
+            source,
+        })?;
     announce_oracle(&oracle);
     Ok(oracle)
 }

@@ -11,7 +11,6 @@ mod fuzzer;
 mod relations;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,7 +24,7 @@ use kvcheck::scale::{default_jobs, parse_jobs, Shard};
 use kvcheck::subject::SubjectSpec;
 
 use super::power_table::{print_table, verdict};
-use super::EXIT_INPUT;
+use super::CliError;
 use fuzzer::Fuzzer;
 
 #[derive(clap::Args, Debug)]
@@ -75,35 +74,29 @@ pub struct Args {
     cases: u64,
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Result<(), CliError> {
     match (&args.oracle, plan(&args)) {
         (kvcheck::oracle::Oracle::Relations(only), Ok((_, targets))) => {
             relations::measure(&args, *only, &targets)
         }
-        (kvcheck::oracle::Oracle::Subject(_), _) => {
-            eprintln!("error: power measures --oracle model or self");
-            ExitCode::from(EXIT_INPUT)
+        (kvcheck::oracle::Oracle::Subject(_), _) => Err(CliError::PowerOracle),
+        (_, plan) => {
+            let (engines, targets) = plan?;
+            measure(&args, &engines, &targets)
         }
-        (_, plan) => match plan {
-            Ok((engines, targets)) => measure(&args, &engines, &targets),
-            Err(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(EXIT_INPUT)
-            }
-        },
     }
 }
 
 /// The engines and the rows of the unsharded table, or why the arguments
 /// name nothing to measure.
-fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), String> {
+fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), CliError> {
     let mut engines = Vec::new();
     for name in args.engine.split(',').map(str::trim) {
         let named = match name {
             "all" => Engine::ALL.to_vec(),
-            name => vec![Engine::parse(name).ok_or_else(|| {
-                format!("unknown engine {name:?}: expected suites, run, explore, fuzz or all (or a comma-separated list)")
-            })?],
+            name => {
+                vec![Engine::parse(name).ok_or_else(|| CliError::UnknownEngine(name.to_string()))?]
+            }
         };
         for engine in named {
             if !engines.contains(&engine) {
@@ -112,24 +105,17 @@ fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), String> {
         }
     }
     if !(args.time.is_finite() && args.time > 0.0) {
-        return Err(format!(
-            "--time must be a positive number of seconds, got {}",
-            args.time
-        ));
+        return Err(CliError::InvalidTime(args.time));
     }
     let mut faults = Vec::new();
     for name in &args.fault {
-        let fault = CacheFault::from_name(name).ok_or_else(|| {
-            format!(
-                "unknown fault {name:?}: expected one of {}",
-                CacheFault::ALL.map(CacheFault::name).join(", ")
-            )
-        })?;
+        let fault = CacheFault::from_name(name)
+            .ok_or_else(|| CliError::UnknownFault { name: name.clone() })?;
         if !args.cache.holds(fault.variant()) {
-            return Err(format!(
-                "fault {name:?} lives in the packed cache and --cache {} has no packed variant",
-                args.cache
-            ));
+            return Err(CliError::PackedFault {
+                name: name.clone(),
+                base: args.cache,
+            });
         }
         faults.push(fault);
     }
@@ -156,7 +142,7 @@ fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), String> {
     Ok((engines, targets))
 }
 
-fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> ExitCode {
+fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> Result<(), CliError> {
     let started = Instant::now();
     let jobs = args.jobs.unwrap_or_else(default_jobs);
     let rows: Vec<usize> = (0..targets.len())
@@ -250,9 +236,8 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> ExitCode {
         if to_stdout {
             let text = serde_json::to_string_pretty(&report).expect("reports serialize");
             println!("{text}");
-        } else if let Err(e) = report.save(path) {
-            eprintln!("error: cannot write the report: {e}");
-            return ExitCode::from(EXIT_INPUT);
+        } else {
+            report.save(path).map_err(CliError::WriteReport)?;
         }
     }
     if to_stdout {

@@ -1,16 +1,14 @@
 //! The power table: what `kvcheck power` prints and what `kvcheck merge`
 //! prints for the shards of one.
 
-use std::process::ExitCode;
-
 use kvcheck::power::{Catch, Engine};
 use kvcheck::scale::report::PowerReport;
 
-use super::EXIT_MISMATCH;
+use super::CliError;
 
 /// Prints the table fault × engine with the kill rates, and returns the
 /// [`verdict`].
-pub fn print_table(report: &PowerReport) -> ExitCode {
+pub fn print_table(report: &PowerReport) -> Result<(), CliError> {
     print!("| fault |");
     for e in &report.engines {
         print!(" {e} |");
@@ -53,15 +51,13 @@ pub fn print_table(report: &PowerReport) -> ExitCode {
     verdict(report)
 }
 
-/// The exit status of a power table, with the reason on standard error: 1
-/// when a fault escaped every engine or an engine diverged on a control
-/// row (a false positive), else 0.
-pub fn verdict(report: &PowerReport) -> ExitCode {
-    let mut code = ExitCode::SUCCESS;
+/// The verdict of a power table, with the reason on standard error:
+/// [`CliError::PowerVerdict`] when a fault escaped every engine or an
+/// engine diverged on a control row (a false positive).
+pub fn verdict(report: &PowerReport) -> Result<(), CliError> {
     let escaped = report.escaped();
     if !escaped.is_empty() {
         eprintln!("power: escaped every engine: {}", escaped.join(", "));
-        code = ExitCode::from(EXIT_MISMATCH);
     }
     let false_positives = report.false_positives();
     if !false_positives.is_empty() {
@@ -69,9 +65,15 @@ pub fn verdict(report: &PowerReport) -> ExitCode {
             "power: an engine diverged on a correct cache: {}",
             false_positives.join(", ")
         );
-        code = ExitCode::from(EXIT_MISMATCH);
     }
-    code
+    if escaped.is_empty() && false_positives.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::PowerVerdict {
+            escaped: escaped.iter().map(|s| s.to_string()).collect(),
+            false_positives: false_positives.iter().map(|s| s.to_string()).collect(),
+        })
+    }
 }
 
 fn cell(engine: &str, catch: Option<&Catch>, control: bool) -> String {

@@ -1,13 +1,12 @@
 //! `kvcheck replay`: replay trace files and directories.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use kvcheck::replay::{replay_with, ReplayReport};
 use kvcheck::trace::{collect_trace_files, Trace};
 use serde_json::json;
 
-use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
+use super::{failures_dir, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -30,17 +29,10 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> ExitCode {
-    let files = match collect_trace_files(&args.paths) {
-        Ok(files) => files,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
-    };
+pub fn run(args: Args) -> Result<(), CliError> {
+    let files = collect_trace_files(&args.paths)?;
     if files.is_empty() {
-        eprintln!("error: no *.kvtrace.json files under {:?}", args.paths);
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::NoTraces(args.paths.clone()));
     }
     let failures = failures_dir(args.out.clone());
     let subject = (!args.model_only).then(|| args.subject.spec());
@@ -110,11 +102,11 @@ pub fn run(args: Args) -> ExitCode {
         );
     }
     if failed > 0 {
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::Diverged)
     } else if unreadable > 0 {
-        ExitCode::from(EXIT_INPUT)
+        Err(CliError::Unreadable { count: unreadable })
     } else {
-        ExitCode::SUCCESS
+        Ok(())
     }
 }
 

@@ -1,7 +1,6 @@
 //! `kvcheck run`: the checking campaign over the built-in profiles.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,7 +16,7 @@ use kvcheck::subject::SubjectSpec;
 use kvcheck::triage::findings_table;
 use kvcheck::Variant;
 
-use super::{failures_dir, EXIT_INPUT, EXIT_MISMATCH};
+use super::{failures_dir, CliError, UnknownVariant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -62,35 +61,31 @@ pub struct Args {
     triage: super::triage::TriageArgs,
 }
 
-fn parse_variant(text: &str) -> Result<Variant, String> {
+/// Parses `dense` or `packed` (also what `explore --variant` takes).
+pub fn parse_variant(text: &str) -> Result<Variant, UnknownVariant> {
     match text {
         "dense" => Ok(Variant::Dense),
         "packed" => Ok(Variant::Packed),
-        _ => Err(format!(
-            "unknown variant {text:?}: expected dense or packed"
-        )),
+        _ => Err(UnknownVariant {
+            text: text.to_string(),
+        }),
     }
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Result<(), CliError> {
     if args.list {
         for p in PROFILES {
             println!("{:<12} {}", p.name, p.about);
         }
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
     for name in &args.profile {
         if !PROFILES.iter().any(|p| p.name == name) {
-            eprintln!("error: unknown profile {name:?}; `kvcheck run --list` shows them");
-            return ExitCode::from(EXIT_INPUT);
+            return Err(CliError::UnknownProfile(name.clone()));
         }
     }
     if !(args.time.is_finite() && args.time > 0.0) {
-        eprintln!(
-            "error: --time must be a positive number of seconds, got {}",
-            args.time
-        );
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::InvalidTime(args.time));
     }
     let selected: Vec<usize> = (0..PROFILES.len())
         .filter(|&i| args.profile.is_empty() || args.profile.iter().any(|n| n == PROFILES[i].name))
@@ -105,13 +100,7 @@ pub fn run(args: Args) -> ExitCode {
         .collect();
     let subject = args.subject.spec();
     super::announce(&subject);
-    let capabilities = match subject.capabilities() {
-        Ok(capabilities) => capabilities,
-        Err(e) => {
-            eprintln!("error: cannot ask the subject for its capabilities: {e}");
-            return ExitCode::from(EXIT_MISMATCH);
-        }
-    };
+    let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
     let selected: Vec<usize> = selected
         .into_iter()
         .filter(|&i| match profile_support(&PROFILES[i], &capabilities) {
@@ -123,15 +112,10 @@ pub fn run(args: Args) -> ExitCode {
         })
         .collect();
     if selected.is_empty() {
-        eprintln!("error: no profile matches the filters and the subject's capabilities");
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::NoProfile);
     }
     if !args.shard.is_all() && args.seed.is_none() {
-        eprintln!(
-            "error: --shard {} needs --seed: every shard of a campaign must draw from the same seed",
-            args.shard
-        );
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::ShardWithoutSeed(args.shard));
     }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -168,19 +152,13 @@ pub fn run(args: Args) -> ExitCode {
         oracle: args.subject.oracle(),
     };
     super::announce_oracle(&campaign.oracle);
-    let outcome = match if args.triage.keep_going {
+    let outcome = if args.triage.keep_going {
         campaign.run_triage(Some(&bar))
     } else {
         campaign.run(Some(&bar))
-    } {
-        Ok(outcome) => outcome,
-        Err(e) => {
-            bar.finish_and_clear();
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
     };
     bar.finish_and_clear();
+    let outcome = outcome?;
     let mut divergences = Vec::new();
     let mut diverged_profile = None;
     if let Some(found) = outcome.found {
@@ -232,10 +210,9 @@ pub fn run(args: Args) -> ExitCode {
         findings,
     };
     if let Some(path) = &args.json {
-        if let Err(e) = Report::Run(report.clone()).save(path) {
-            eprintln!("error: cannot write the report: {e}");
-            return ExitCode::from(EXIT_INPUT);
-        }
+        Report::Run(report.clone())
+            .save(path)
+            .map_err(CliError::WriteReport)?;
     }
     print_tables(&report)
 }
@@ -314,8 +291,9 @@ relations: cases judged of {drawn} drawn, ops compared"
 }
 
 /// The `run` table, the event coverage and the totals: what one run
-/// prints and what `kvcheck merge` prints for the shards of one.
-pub fn print_tables(report: &RunReport) -> ExitCode {
+/// prints and what `kvcheck merge` prints for the shards of one;
+/// [`CliError::Diverged`] when a profile diverged.
+pub fn print_tables(report: &RunReport) -> Result<(), CliError> {
     println!(
         "\n{:<12} {:<7} {:>8} {:>10} {:>10} {:>11}  missing events",
         "profile", "cache", "cases", "ops", "ops/s", "divergences"
@@ -360,15 +338,15 @@ pub fn print_tables(report: &RunReport) -> ExitCode {
     let found: u64 = report.profiles.iter().map(|p| p.divergences).sum();
     if found == 0 {
         println!("no divergences");
-        ExitCode::SUCCESS
+        Ok(())
     } else if !report.findings.is_empty() {
         print!("\n{}", findings_table(&report.findings));
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::Diverged)
     } else {
         println!("{found} divergences; traces:");
         for path in &report.divergences {
             println!("  {path}");
         }
-        ExitCode::from(EXIT_MISMATCH)
+        Err(CliError::Diverged)
     }
 }

@@ -2,12 +2,11 @@
 //! fails and with `expect` filled by the model.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use kvcheck::trace::EXTENSION;
 
 use super::minimize::print_summary;
-use super::EXIT_INPUT;
+use super::CliError;
 
 /// Default directory of the regression corpus.
 pub const DEFAULT_REGRESSIONS_DIR: &str = "tests/regressions";
@@ -29,47 +28,33 @@ pub struct Args {
     max_tests: Option<usize>,
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Result<(), CliError> {
     if args.name.is_empty()
         || !args
             .name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
-        eprintln!(
-            "error: --name {:?} must be letters, digits, '_' or '-' (it becomes a file name)",
-            args.name
-        );
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::InvalidName(args.name.clone()));
     }
-    let trace = match super::load_trace(&args.file) {
-        Ok(trace) => trace,
-        Err(code) => return code,
-    };
+    let mut trace = super::load_trace(&args.file)?;
     let subject = args.subject.spec();
     super::announce(&subject);
     let path = args.dir.join(format!("{}{EXTENSION}", args.name));
-    let mut trace = trace;
-    let oracle = match super::trace_oracle(&args.subject, &mut trace, &args.file) {
-        Ok(oracle) => oracle,
-        Err(code) => return code,
-    };
-    match kvcheck::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path) {
-        Ok(saved) => {
-            match &saved.minimized {
-                Some(m) => print_summary(m, &mut std::io::stdout()),
-                // A passing trace is stored as it is: it pins today's behaviour.
-                None => println!(
-                    "the trace passes on {}; stored as it is",
-                    subject.name(&trace.config)
-                ),
-            }
-            println!("saved {}", path.display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
-            ExitCode::from(EXIT_INPUT)
-        }
+    let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
+    let saved = kvcheck::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path)
+        .map_err(|source| CliError::Save {
+            file: args.file.clone(),
+            source,
+        })?;
+    match &saved.minimized {
+        Some(m) => print_summary(m, &mut std::io::stdout()),
+        // A passing trace is stored as it is: it pins today's behaviour.
+        None => println!(
+            "the trace passes on {}; stored as it is",
+            subject.name(&trace.config)
+        ),
     }
+    println!("saved {}", path.display());
+    Ok(())
 }

@@ -5,7 +5,6 @@
 //! in-process one.
 
 use std::io::{BufRead, Write as _};
-use std::process::ExitCode;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -16,7 +15,7 @@ use kvcheck::trace::Trace;
 use kvcheck::{Op, Write};
 use serde_json::{json, Value};
 
-use super::EXIT_INPUT;
+use super::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -26,10 +25,9 @@ pub struct Args {
     subject: SubjectSpec,
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Result<(), CliError> {
     if matches!(args.subject, SubjectSpec::Exec(_)) {
-        eprintln!("error: serve an in-process subject (an exec: subject already is a process)");
-        return ExitCode::from(EXIT_INPUT);
+        return Err(CliError::ServeExec);
     }
     let mut server = Server {
         subject: args.subject,
@@ -54,7 +52,28 @@ pub fn run(args: Args) -> ExitCode {
             break;
         }
     }
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+/// Why a view's rows could not be put on the wire (sent as an exception).
+#[derive(Debug, thiserror::Error)]
+enum ViewBytesError {
+    /// The segments could not be concatenated.
+    #[error(transparent)]
+    Cache(#[from] kvcache::Error),
+    /// The tensor's bytes could not be read.
+    #[error(transparent)]
+    Tensor(#[from] candle_core::Error),
+}
+
+/// A write's `k` or `v` field that is not base64 (sent as a `BadRequest`).
+#[derive(Debug, thiserror::Error)]
+#[error("{name} is not base64: {source}")]
+struct NotBase64 {
+    /// `k` or `v`.
+    name: &'static str,
+    /// What the decoder found.
+    source: base64::DecodeError,
 }
 
 struct Server {
@@ -140,15 +159,15 @@ fn view_answer(
     k: &kvcache::Segments,
     v: &kvcache::Segments,
 ) -> Value {
-    let bytes = |s: &kvcache::Segments| -> Result<String, String> {
-        let t = s.to_contiguous().map_err(|e| e.to_string())?;
-        Ok(BASE64.encode(tensor_bytes(&t).map_err(|e| e.to_string())?))
+    let bytes = |s: &kvcache::Segments| -> Result<String, ViewBytesError> {
+        let t = s.to_contiguous()?;
+        Ok(BASE64.encode(tensor_bytes(&t)?))
     };
     match (bytes(k), bytes(v)) {
         (Ok(k), Ok(v)) => {
             json!({"ok": {"global_end": global_end, "visible": positions, "k": k, "v": v}})
         }
-        (Err(e), _) | (_, Err(e)) => exception("Error", &e),
+        (Err(e), _) | (_, Err(e)) => exception("Error", &e.to_string()),
     }
 }
 
@@ -156,15 +175,15 @@ fn view_answer(
 /// taken from its length (what the client sent is what the cache gets).
 fn write(cache: &mut dyn KvCache, w: &Write, request: &Value) -> Value {
     let config = cache.config().clone();
-    let decode = |name: &str| -> Result<Vec<u8>, String> {
+    let decode = |name: &'static str| -> Result<Vec<u8>, NotBase64> {
         let text = request[name].as_str().unwrap_or_default();
         BASE64
             .decode(text.as_bytes())
-            .map_err(|e| format!("{name} is not base64: {e}"))
+            .map_err(|source| NotBase64 { name, source })
     };
     let (k, v) = match (decode("k"), decode("v")) {
         (Ok(k), Ok(v)) => (k, v),
-        (Err(e), _) | (_, Err(e)) => return exception("BadRequest", &e),
+        (Err(e), _) | (_, Err(e)) => return exception("BadRequest", &e.to_string()),
     };
     let len = usize::try_from(w.len).unwrap_or(0);
     let row = config.batch * config.head_dim * config.dtype.size_bytes();

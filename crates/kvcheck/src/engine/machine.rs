@@ -36,12 +36,15 @@ use proptest::test_runner::{
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
 use crate::coverage::Coverage;
-use crate::lockstep::Lockstep;
+use crate::divergence::Divergence;
+use crate::lockstep::{Lockstep, SetupError};
 use crate::oracle::Oracle;
+use crate::relation::{NotChecked, OracleEnvError};
+use crate::settings::SettingError;
 use crate::strategy::{
     ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
-use crate::subject::{Capabilities, SubjectSpec};
+use crate::subject::{Capabilities, SubjectEnvError, SubjectFailure, SubjectSpec, Unsupported};
 use kvmodel::{Config, Op};
 
 thread_local! {
@@ -69,14 +72,155 @@ fn current_subject() -> (SubjectSpec, Arc<Capabilities>) {
     SUBJECT.with(|s| s.borrow().clone())
 }
 
-/// The capabilities of `subject`, or a message naming what went wrong.
-fn capabilities_of(subject: &SubjectSpec) -> Result<Arc<Capabilities>, String> {
-    subject.capabilities().map(Arc::new).map_err(|f| {
-        format!(
-            "cannot ask {} for its capabilities: {f}",
-            subject_label(subject)
-        )
-    })
+/// Why a case could not be drawn or run. Not a divergence (that is in the
+/// [`CaseOutcome`]): a subject or profile that cannot take part at all.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    /// The subject could not say what it can express (an `exec:` subject
+    /// that did not start or did not say `hello`).
+    #[error("cannot ask {subject} for its capabilities: {source}")]
+    Capabilities {
+        /// The subject, as suites name it (`the shipped caches`, `cache:ring`, …).
+        subject: String,
+        /// What went wrong.
+        source: SubjectFailure,
+    },
+    /// The profile has no configuration the subject can express.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// The strategy could not draw a case (proptest's reason).
+    #[error("{0}")]
+    Draw(proptest::test_runner::Reason),
+    /// The drawn configuration could not be opened in lockstep.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The drawn trace could not be checked against an oracle other than
+    /// the model.
+    #[error(transparent)]
+    NotChecked(#[from] NotChecked),
+}
+
+/// A lockstep suite's divergence after proptest shrank it
+/// ([`SuiteError::Diverged`]): where it was found, the report of the shrunk
+/// case, and how to replay its saved trace.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "profile {profile}: divergence found in case {case} of {cases} on {subject} ({kinds}), shrunk to {ops} ops in {shrink_runs} more runs\n{report}\nshrunk trace: {}\nreproduce: {reproduce}",
+    .trace.display()
+)]
+pub struct ShrunkDivergence {
+    /// The profile.
+    pub profile: &'static str,
+    /// The case (counted from 1) that failed first.
+    pub case: usize,
+    /// Cases the suite draws.
+    pub cases: u32,
+    /// The subject, as suites name it.
+    pub subject: String,
+    /// How refusals are compared ([`SubjectSpec::kinds_mode`]).
+    pub kinds: &'static str,
+    /// Ops of the shrunk case.
+    pub ops: usize,
+    /// Runs spent shrinking.
+    pub shrink_runs: usize,
+    /// The divergence report of the shrunk case.
+    pub report: String,
+    /// Where the shrunk trace is saved.
+    pub trace: PathBuf,
+    /// The command that replays it.
+    pub reproduce: String,
+}
+
+/// Why a suite ([`check_family`], a [`Suite`]) failed: its cases could not
+/// be drawn, the subject diverged, or a required event was never reached.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// The cases could not be drawn or run (see [`CaseError`]).
+    #[error(transparent)]
+    Case(#[from] CaseError),
+    /// The subject diverged from the model; proptest shrank the case and
+    /// the shrunk trace is saved.
+    #[error(transparent)]
+    Diverged(Box<ShrunkDivergence>),
+    /// Checked against an oracle other than the model, a case diverged; it
+    /// was minimized against the same oracle and saved.
+    #[error(
+        "profile {profile}: divergence found in case {case} of {cases} on {subject} against oracle {oracle}\n{divergence}\nshrunk trace: {trace}"
+    )]
+    OracleDiverged {
+        /// The profile.
+        profile: &'static str,
+        /// The case (0-based) that diverged.
+        case: u32,
+        /// Cases the suite draws.
+        cases: u32,
+        /// The subject's name.
+        subject: String,
+        /// The oracle, as `--oracle` takes it.
+        oracle: String,
+        /// The minimized divergence.
+        divergence: Box<Divergence>,
+        /// Where its trace is saved, or why it is not.
+        trace: String,
+    },
+    /// A case could not be checked against an oracle other than the model.
+    #[error("profile {profile}: {source}")]
+    NotChecked {
+        /// The profile.
+        profile: &'static str,
+        /// Why.
+        source: NotChecked,
+    },
+    /// Proptest gave up on the suite (too many rejected cases).
+    #[error("profile {profile}: aborted: {reason}")]
+    Aborted {
+        /// The profile.
+        profile: &'static str,
+        /// Proptest's reason.
+        reason: proptest::test_runner::Reason,
+    },
+    /// Every case passed but some required events were never reached: the
+    /// op strategy is too weak to test what they cover.
+    #[error(
+        "profile {profile}: {cases} cases never reached {missing:?}; the op strategy is too weak for it{}",
+        .coverage.as_ref().map_or(String::new(), |c| format!("\ncoverage:\n{c}"))
+    )]
+    EventsMissed {
+        /// The profile.
+        profile: &'static str,
+        /// Cases the suite drew.
+        cases: u32,
+        /// The events never reached.
+        missing: Vec<String>,
+        /// The events the cases did reach, when reported.
+        coverage: Option<Coverage>,
+    },
+}
+
+/// Why [`SuiteSettings::from_env`] refused the environment: the error
+/// names the variable.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// A number, duration or flag knob holds something it cannot.
+    #[error(transparent)]
+    Knob(#[from] SettingError),
+    /// `KVCHECK_SUBJECT` does not name a subject.
+    #[error(transparent)]
+    Subject(#[from] SubjectEnvError),
+    /// `KVCHECK_ORACLE` does not name an oracle.
+    #[error(transparent)]
+    Oracle(#[from] OracleEnvError),
+}
+
+/// The capabilities of `subject`, or an error naming the subject.
+fn capabilities_of(subject: &SubjectSpec) -> Result<Arc<Capabilities>, CaseError> {
+    subject
+        .capabilities()
+        .map(Arc::new)
+        .map_err(|source| CaseError::Capabilities {
+            subject: subject_label(subject),
+            source,
+        })
 }
 
 fn subject_label(subject: &SubjectSpec) -> String {
@@ -262,19 +406,15 @@ impl SuiteSettings {
     /// Reads `KVCHECK_CASES`, `KVCHECK_MAX_OPS`, `KVCHECK_SEED` and
     /// `KVCHECK_SUBJECT`; a value that does not parse is an error naming the
     /// variable.
-    pub fn from_env() -> Result<SuiteSettings, String> {
+    pub fn from_env() -> Result<SuiteSettings, SettingsError> {
         use crate::settings::{check_env, count, number};
         // Every knob of the table, not only the suites' own: a suite run
         // also reads the subject's timeout, the job count, the budgets.
-        check_env().map_err(|e| e.to_string())?;
+        check_env()?;
         Ok(SuiteSettings {
-            cases: count("KVCHECK_CASES")
-                .map_err(|e| e.to_string())?
-                .map_or(256, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-            max_ops: count("KVCHECK_MAX_OPS")
-                .map_err(|e| e.to_string())?
-                .unwrap_or(40),
-            seed: number("KVCHECK_SEED").map_err(|e| e.to_string())?,
+            cases: count("KVCHECK_CASES")?.map_or(256, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            max_ops: count("KVCHECK_MAX_OPS")?.unwrap_or(40),
+            seed: number("KVCHECK_SEED")?,
             subject: SubjectSpec::from_env()?,
             oracle: Oracle::from_env()?,
         })
@@ -305,11 +445,11 @@ impl SuiteSettings {
 }
 
 /// Runs the suite of family `F` on `settings.subject`. Returns its
-/// coverage, or a message naming the divergence (with the saved shrunk
-/// trace) or the events never reached. A profile the subject cannot run at
+/// coverage, or a [`SuiteError`] naming the divergence (with the saved
+/// shrunk trace) or the events never reached. A profile the subject cannot run at
 /// all (see [`profile_support`]) is skipped: a line on stderr says why and
 /// the coverage is empty.
-pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, String> {
+pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, SuiteError> {
     let capabilities = capabilities_of(&settings.subject)?;
     if let Err(unsupported) = profile_support(F::PROFILE, &capabilities) {
         eprintln!("skipped: {unsupported}");
@@ -332,7 +472,7 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Str
 fn run_family<F: Family>(
     settings: &SuiteSettings,
     capabilities: &Capabilities,
-) -> Result<Coverage, String> {
+) -> Result<Coverage, SuiteError> {
     let profile = F::PROFILE;
     let config = settings.proptest_config(profile);
     COVERAGE.with(|c| *c.borrow_mut() = Coverage::default());
@@ -377,30 +517,35 @@ fn run_family<F: Family>(
                     shell_words::quote(&subject_label(other))
                 ),
             };
-            return Err(format!(
-                "profile {}: divergence found in case {} of {} on {} ({}), shrunk to {} ops in {} more runs\n{}\nshrunk trace: {}\nreproduce: {reproduce}",
-                profile.name,
-                first_failure.get().unwrap_or(0),
-                settings.cases,
-                subject_label(&settings.subject),
-                settings.subject.kinds_mode(),
-                transitions.len(),
-                runs.get().saturating_sub(first_failure.get().unwrap_or(0)),
-                reason.message(),
-                trace.display(),
-            ));
+            return Err(SuiteError::Diverged(Box::new(ShrunkDivergence {
+                profile: profile.name,
+                case: first_failure.get().unwrap_or(0),
+                cases: settings.cases,
+                subject: subject_label(&settings.subject),
+                kinds: settings.subject.kinds_mode(),
+                ops: transitions.len(),
+                shrink_runs: runs.get().saturating_sub(first_failure.get().unwrap_or(0)),
+                report: reason.message().to_string(),
+                trace,
+                reproduce,
+            })));
         }
         Err(TestError::Abort(reason)) => {
-            return Err(format!("profile {}: aborted: {reason}", profile.name))
+            return Err(SuiteError::Aborted {
+                profile: profile.name,
+                reason,
+            })
         }
     }
     let required = required_events(profile, capabilities);
     let missing = coverage.missing(&required);
     if !missing.is_empty() {
-        return Err(format!(
-            "profile {}: {} cases never reached {:?}; the op strategy is too weak for it\ncoverage:\n{coverage}",
-            profile.name, settings.cases, missing
-        ));
+        return Err(SuiteError::EventsMissed {
+            profile: profile.name,
+            cases: settings.cases,
+            missing: missing.iter().map(|e| e.to_string()).collect(),
+            coverage: Some(coverage),
+        });
     }
     Ok(coverage)
 }
@@ -412,28 +557,31 @@ pub struct CaseOutcome {
     /// Events labelled.
     pub coverage: Coverage,
     /// The divergence, if the cache disagreed with the model.
-    pub divergence: Option<Box<crate::divergence::Divergence>>,
+    pub divergence: Option<Box<Divergence>>,
     /// What each relation judged (nothing against the model).
     pub judged: crate::relation::Judged,
 }
 
 /// Draws one op sequence of family `F` from `runner` and checks it on the
 /// shipped caches.
-pub fn run_case<F: Family>(runner: &mut TestRunner, max_ops: usize) -> Result<CaseOutcome, String> {
+pub fn run_case<F: Family>(
+    runner: &mut TestRunner,
+    max_ops: usize,
+) -> Result<CaseOutcome, CaseError> {
     run_case_on::<F>(runner, max_ops, &SubjectSpec::Cache)
 }
 
 /// Draws one op sequence of family `F` within `subject`'s capabilities
 /// from `runner`: its configuration and ops. A profile the subject cannot
-/// run at all is an error saying so.
+/// run at all is an error saying so ([`CaseError::Unsupported`]).
 pub fn draw_case<F: Family>(
     runner: &mut TestRunner,
     max_ops: usize,
     subject: &SubjectSpec,
-) -> Result<(Config, Vec<Op>), String> {
+) -> Result<(Config, Vec<Op>), CaseError> {
     use proptest::strategy::{Strategy as _, ValueTree as _};
     let capabilities = capabilities_of(subject)?;
-    profile_support(F::PROFILE, &capabilities).map_err(|e| e.to_string())?;
+    profile_support(F::PROFILE, &capabilities)?;
     // The strategy reads the subject when it draws (initial states are a
     // static function), so the draw runs with it set.
     let (state, transitions, _) = with_subject(subject, capabilities, || {
@@ -441,7 +589,7 @@ pub fn draw_case<F: Family>(
             .new_tree(runner)
             .map(|tree| tree.current())
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(CaseError::Draw)?;
     Ok((state.model.config().clone(), transitions))
 }
 
@@ -451,9 +599,9 @@ pub fn run_case_on<F: Family>(
     runner: &mut TestRunner,
     max_ops: usize,
     subject: &SubjectSpec,
-) -> Result<CaseOutcome, String> {
+) -> Result<CaseOutcome, CaseError> {
     let (config, transitions) = draw_case::<F>(runner, max_ops, subject)?;
-    let mut lockstep = Lockstep::open(&config, subject, &Device::Cpu).map_err(|e| e.to_string())?;
+    let mut lockstep = Lockstep::open(&config, subject, &Device::Cpu)?;
     let mut outcome = CaseOutcome {
         ops_checked: 0,
         coverage: Coverage::default(),
@@ -479,10 +627,11 @@ fn profile_index(profile: &Profile) -> usize {
 }
 
 /// A case draw per entry of [`PROFILES`], in the same order.
-pub type CaseDraw = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), String>;
+pub type CaseDraw =
+    fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), CaseError>;
 
 /// A case runner per entry of [`PROFILES`], in the same order.
-pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, String>;
+pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, CaseError>;
 
 /// A profile's suite: [`check_family`] of its family.
-pub type Suite = fn(&SuiteSettings) -> Result<Coverage, String>;
+pub type Suite = fn(&SuiteSettings) -> Result<Coverage, SuiteError>;

@@ -23,7 +23,7 @@ use crate::divergence::Divergence;
 use crate::lockstep::{Lockstep, SetupError};
 use std::path::PathBuf;
 
-use crate::machine::{CaseDraw, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
+use crate::machine::{CaseDraw, CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
 use crate::minimize::{max_tests_default, minimize_with};
 use crate::relation::{self, domain, instances_from_env, Finding, NotChecked, Relation, Work};
 use crate::strategy::Profile;
@@ -46,41 +46,40 @@ pub enum Oracle {
 impl Oracle {
     /// Parses `model`, `self`, `self:M9` (or `self:refusal-pure`), or any
     /// form [`SubjectSpec::parse`] takes.
-    pub fn parse(text: &str) -> Result<Oracle, String> {
+    pub fn parse(text: &str) -> Result<Oracle, relation::OracleError> {
         match text.trim() {
             "model" | "" => Ok(Oracle::Model),
             "self" => Ok(Oracle::Relations(None)),
             other => match other.strip_prefix("self:") {
                 Some(name) => Relation::parse(name)
                     .map(|r| Oracle::Relations(Some(r)))
-                    .ok_or_else(|| {
-                        format!(
-                            "unknown relation {name:?}: expected one of {}",
-                            Relation::ALL.map(Relation::id).join(", ")
-                        )
+                    .ok_or_else(|| relation::OracleError::UnknownRelation {
+                        name: name.to_string(),
                     }),
                 None => SubjectSpec::parse(other)
                     .map(Oracle::Subject)
-                    .map_err(|e| format!("not model, self, self:RELATION or a subject: {e}")),
+                    .map_err(relation::OracleError::NotAnOracle),
             },
         }
     }
 
     /// `KVCHECK_ORACLE` (any form [`Oracle::parse`] takes), else the model.
-    pub fn from_env() -> Result<Oracle, String> {
+    pub fn from_env() -> Result<Oracle, relation::OracleEnvError> {
         match std::env::var("KVCHECK_ORACLE") {
             Err(_) => Ok(Oracle::Model),
-            Ok(text) => Oracle::parse(&text).map_err(|e| format!("KVCHECK_ORACLE: {e}")),
+            Ok(text) => Oracle::parse(&text).map_err(|source| relation::OracleEnvError { source }),
         }
     }
 
     /// The oracle a trace's `oracle` field names.
-    pub fn of_tag(tag: &OracleTag) -> Result<Oracle, String> {
+    pub fn of_tag(tag: &OracleTag) -> Result<Oracle, relation::OracleError> {
         match tag.kind {
             OracleKind::SelfCheck => Ok(Oracle::Relations(tag.relation)),
             OracleKind::Subject => {
                 let subject = tag.subject.as_deref().unwrap_or_default();
-                SubjectSpec::parse(subject).map(Oracle::Subject)
+                SubjectSpec::parse(subject)
+                    .map(Oracle::Subject)
+                    .map_err(relation::OracleError::TraceSubject)
             }
         }
     }
@@ -88,7 +87,10 @@ impl Oracle {
     /// The oracle to check a trace with: `chosen` when the command line or
     /// the environment chose one other than the model, else the one the
     /// trace names, else the model.
-    pub fn for_trace(chosen: &Oracle, tag: Option<&OracleTag>) -> Result<Oracle, String> {
+    pub fn for_trace(
+        chosen: &Oracle,
+        tag: Option<&OracleTag>,
+    ) -> Result<Oracle, relation::OracleError> {
         match (chosen, tag) {
             (Oracle::Model, Some(tag)) => Oracle::of_tag(tag),
             (chosen, _) => Ok(chosen.clone()),
@@ -213,9 +215,9 @@ impl fmt::Display for Oracle {
 }
 
 impl std::str::FromStr for Oracle {
-    type Err = String;
+    type Err = relation::OracleError;
 
-    fn from_str(text: &str) -> Result<Oracle, String> {
+    fn from_str(text: &str) -> Result<Oracle, relation::OracleError> {
         Oracle::parse(text)
     }
 }
@@ -231,19 +233,23 @@ pub fn run_case(
     max_ops: usize,
     subject: &SubjectSpec,
     oracle: &Oracle,
-) -> Result<CaseOutcome, String> {
+) -> Result<CaseOutcome, CaseError> {
     let (config, ops) = match oracle {
         Oracle::Model => return CASE_RUNNERS[profile](runner, max_ops, subject),
         Oracle::Relations(_) => {
-            let capabilities = subject.capabilities().map_err(|e| e.to_string())?;
+            let capabilities =
+                subject
+                    .capabilities()
+                    .map_err(|source| CaseError::Capabilities {
+                        subject: subject.to_string(),
+                        source,
+                    })?;
             domain::draw(profile, runner, max_ops, subject, &capabilities)?
         }
         Oracle::Subject(_) => CASE_DRAWS[profile](runner, max_ops, subject)?,
     };
     let mut work = Work::default();
-    let divergence = oracle
-        .check_counted(&config, &ops, subject, &mut work)
-        .map_err(|e| e.to_string())?;
+    let divergence = oracle.check_counted(&config, &ops, subject, &mut work)?;
     Ok(CaseOutcome {
         ops_checked: ops.len(),
         coverage: model_coverage(&config, &ops),
@@ -276,7 +282,7 @@ pub fn check_cases(
     draw: CaseDraw,
     settings: &SuiteSettings,
     required: &[&str],
-) -> Result<Coverage, String> {
+) -> Result<Coverage, crate::machine::SuiteError> {
     let subject = &settings.subject;
     let mut runner = TestRunner::new(settings.proptest_config(profile));
     let mut coverage = Coverage::default();
@@ -285,7 +291,10 @@ pub fn check_cases(
         let found = settings
             .oracle
             .check(&config, &ops, subject)
-            .map_err(|e| format!("profile {}: {e}", profile.name))?;
+            .map_err(|source| crate::machine::SuiteError::NotChecked {
+                profile: profile.name,
+                source,
+            })?;
         coverage.merge(&model_coverage(&config, &ops));
         let Some(found) = found else { continue };
         let trace = found.trace.clone();
@@ -302,21 +311,24 @@ pub fn check_cases(
             PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
                 .join("kvcheck-failures");
         let saved = small.save_in(&dir).map(|path| path.display().to_string());
-        return Err(format!(
-            "profile {}: divergence found in case {case} of {} on {} against oracle {}\n{small}\nshrunk trace: {}",
-            profile.name,
-            settings.cases,
-            subject.name(&config),
-            settings.oracle,
-            saved.unwrap_or_else(|e| format!("(not saved: {e})"))
-        ));
+        return Err(crate::machine::SuiteError::OracleDiverged {
+            profile: profile.name,
+            case,
+            cases: settings.cases,
+            subject: subject.name(&config),
+            oracle: settings.oracle.to_string(),
+            divergence: small,
+            trace: saved.unwrap_or_else(|e| format!("(not saved: {e})")),
+        });
     }
     let missing = coverage.missing(required);
     if !missing.is_empty() {
-        return Err(format!(
-            "profile {}: {} cases never reached {:?}; the op strategy is too weak for it",
-            profile.name, settings.cases, missing
-        ));
+        return Err(crate::machine::SuiteError::EventsMissed {
+            profile: profile.name,
+            cases: settings.cases,
+            missing: missing.iter().map(|e| e.to_string()).collect(),
+            coverage: None,
+        });
     }
     Ok(coverage)
 }

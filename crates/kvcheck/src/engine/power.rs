@@ -255,7 +255,8 @@ pub fn suites(target: Target, settings: &SuiteSettings) -> Catch {
             continue;
         }
         ran += 1;
-        if let Err(message) = suite(&settings) {
+        if let Err(error) = suite(&settings) {
+            let message = error.to_string();
             let first = message
                 .lines()
                 .find(|l| l.contains("divergence"))
@@ -293,7 +294,7 @@ pub fn run(target: Target, seed: u64, budget: Duration, max_ops: usize) -> Catch
         for (slot, &profile) in selected.iter().enumerate() {
             cases += 1;
             match CASE_RUNNERS[profile](&mut runners[slot], max_ops, &subject) {
-                Err(e) => return Catch::escaped(cases, started, e),
+                Err(e) => return Catch::escaped(cases, started, e.to_string()),
                 Ok(outcome) => {
                     if let Some(divergence) = outcome.divergence {
                         return Catch::found(cases, started, &divergence, &subject);

@@ -30,17 +30,48 @@ use kvmodel::Config;
 
 use crate::coverage::Coverage;
 use crate::explore::Explorer;
-use crate::machine::{SuiteSettings, SUITES};
+use crate::machine::{SettingsError, SuiteError, SuiteSettings, SUITES};
 use crate::minimize::{max_tests_default, minimize_with, MinimizeError, Minimized};
 use crate::oracle::Oracle;
+use crate::relation::OracleError;
 use crate::strategy::{profile_support, PROFILES};
-use crate::subject::{Capabilities, Factory, SubjectSpec};
-use crate::trace::Trace;
+use crate::subject::{Capabilities, Factory, SubjectFailure, SubjectSpec};
+use crate::trace::{Trace, TraceError};
 
 impl From<Factory> for SubjectSpec {
     fn from(factory: Factory) -> SubjectSpec {
         SubjectSpec::Factory(factory)
     }
+}
+
+/// Why [`check_subject`] or [`check_all`] did not pass.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The environment's knobs do not parse (named in the message).
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The subject could not say what it can express.
+    #[error("cannot ask the subject for its capabilities: {0}")]
+    Capabilities(#[source] SubjectFailure),
+    /// A profile's suite failed: a divergence (shrunk, its trace saved) or
+    /// events never reached.
+    #[error(transparent)]
+    Suite(#[from] SuiteError),
+}
+
+/// Why [`save`] stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The trace's `oracle` field names no oracle.
+    #[error("the trace's oracle: {0}")]
+    Oracle(#[source] OracleError),
+    /// The trace fails but could not be minimized (the subject cannot run
+    /// it).
+    #[error(transparent)]
+    Minimize(MinimizeError),
+    /// The file could not be written.
+    #[error(transparent)]
+    Write(#[from] TraceError),
 }
 
 /// What [`check_all`] ran.
@@ -80,10 +111,8 @@ impl fmt::Display for SuiteReport {
 pub fn check_subject(
     subject: &SubjectSpec,
     settings: &SuiteSettings,
-) -> Result<SuiteReport, String> {
-    let capabilities = subject
-        .capabilities()
-        .map_err(|f| format!("cannot ask the subject for its capabilities: {f}"))?;
+) -> Result<SuiteReport, CheckError> {
+    let capabilities = subject.capabilities().map_err(CheckError::Capabilities)?;
     let settings = settings.clone().with_subject(subject.clone());
     let mut report = SuiteReport {
         subject: subject.name(&Config::dense(1)),
@@ -100,12 +129,12 @@ pub fn check_subject(
 
 /// [`check_subject`] for the cache `open` builds, named `name`, with the
 /// knobs of the environment (`KVCHECK_CASES`, `KVCHECK_MAX_OPS`,
-/// `KVCHECK_SEED`).
+/// `KVCHECK_SEED`); a knob that does not parse is an error naming it.
 pub fn check_all(
     name: &str,
     capabilities: Capabilities,
     open: impl Fn(&Config, &Device) -> kvcache::Result<Box<dyn KvCache>> + Send + Sync + 'static,
-) -> Result<SuiteReport, String> {
+) -> Result<SuiteReport, CheckError> {
     let settings = SuiteSettings::from_env()?;
     check_subject(&Factory::new(name, capabilities, open).into(), &settings)
 }
@@ -147,7 +176,7 @@ pub fn save(
     subject: &SubjectSpec,
     max_tests: Option<usize>,
     path: &Path,
-) -> Result<Saved, String> {
+) -> Result<Saved, SaveError> {
     save_with(trace, subject, &Oracle::Model, max_tests, path)
 }
 
@@ -161,10 +190,9 @@ pub fn save_with(
     oracle: &Oracle,
     max_tests: Option<usize>,
     path: &Path,
-) -> Result<Saved, String> {
+) -> Result<Saved, SaveError> {
     let max_tests = max_tests.unwrap_or_else(max_tests_default);
-    let oracle = Oracle::for_trace(oracle, trace.oracle.as_ref())
-        .map_err(|e| format!("the trace's oracle: {e}"))?;
+    let oracle = Oracle::for_trace(oracle, trace.oracle.as_ref()).map_err(SaveError::Oracle)?;
     let saved = match minimize_with(trace, subject.clone(), &oracle, max_tests) {
         Ok(m) => Saved {
             trace: m.trace.clone(),
@@ -181,8 +209,8 @@ pub fn save_with(
             },
             minimized: None,
         },
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(SaveError::Minimize(e)),
     };
-    saved.trace.save(path).map_err(|e| e.to_string())?;
+    saved.trace.save(path)?;
     Ok(saved)
 }

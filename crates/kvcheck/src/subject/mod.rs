@@ -36,8 +36,8 @@ mod shipped;
 pub use capabilities::{Capabilities, Feature, OpKind, Unsupported};
 pub use exec::{
     exact_kinds_from_env, parse_timeout, tensor_bytes, tensor_from_bytes, timeout_from_env,
-    ExecCache, ExecSubject, Hello, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL,
-    STARTUP_TIMEOUT, STDERR_LINES,
+    ExecCache, ExecCommandError, ExecSubject, Hello, InvalidTimeout, OpLink, SubjectFailure,
+    DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT, STDERR_LINES,
 };
 pub use factory::{Factory, OpenFn};
 pub use faults::Fault;
@@ -55,6 +55,58 @@ use kvmodel::{Config, Variant};
 /// An opened subject and, for an external one, the link the driver shares
 /// with it.
 pub type LinkedCache = (Box<dyn KvCache>, Option<Arc<OpLink>>);
+
+/// Why a subject form does not parse ([`SubjectSpec::parse`]); the message
+/// quotes the text and names the accepted forms.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    /// `exec:` with a command line that cannot be used.
+    #[error(transparent)]
+    Exec(#[from] ExecCommandError),
+    /// `cache:PATH` (or `dense:PATH`, `packed:PATH`) with an unknown path.
+    #[error(transparent)]
+    Path(#[from] kvcache::UnknownPath),
+    /// `fault:NAME@BASE` with an unknown base.
+    #[error(transparent)]
+    FaultBase(#[from] kvcache::fault::UnknownFaultBase),
+    /// `fault:NAME@BASE` whose `NAME` is no fault of the zoo.
+    #[error(
+        "unknown fault {fault:?} in {text:?}: expected one of {}",
+        CacheFault::ALL.map(CacheFault::name).join(", ")
+    )]
+    UnknownFault {
+        /// The fault name given.
+        fault: String,
+        /// The whole subject text.
+        text: String,
+    },
+    /// `fault:NAME@ring` with a fault that lives in the packed cache.
+    #[error("{text:?}: {fault} is a packed fault and the ring has no packed variant")]
+    PackedFaultOnRing {
+        /// The whole subject text.
+        text: String,
+        /// The packed fault.
+        fault: CacheFault,
+    },
+    /// No subject form at all.
+    #[error(
+        "unknown subject {text:?}: expected cache, cache:ring, cache:in-place, cache:generic, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}, {}",
+        Fault::ALL.map(Fault::name).join(", "),
+        CacheFault::ALL.map(CacheFault::name).join(", ")
+    )]
+    Unknown {
+        /// The text given.
+        text: String,
+    },
+}
+
+/// `KVCHECK_SUBJECT` holds something [`SubjectSpec::parse`] refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("KVCHECK_SUBJECT: {source}")]
+pub struct SubjectEnvError {
+    /// Why the value does not parse.
+    pub source: SubjectError,
+}
 
 /// Which implementation a command checks against the model. Cheap to
 /// clone: an external process and a factory are shared handles.
@@ -133,7 +185,7 @@ impl SubjectSpec {
     /// `exec:COMMAND ARGS`, and every name [`SubjectSpec::name`] reports
     /// (`dense`, `packed`, `dense:generic`, …) but a factory's: a report's
     /// subject parses back to the subject that produced it.
-    pub fn parse(text: &str) -> Result<SubjectSpec, String> {
+    pub fn parse(text: &str) -> Result<SubjectSpec, SubjectError> {
         if let Some(command) = text.strip_prefix("exec:") {
             return Ok(SubjectSpec::Exec(Arc::new(ExecSubject::new(command)?)));
         }
@@ -159,39 +211,38 @@ impl SubjectSpec {
                 }
                 if let Some((fault, base)) = name.and_then(|n| n.split_once('@')) {
                     let base: FaultBase = base.parse()?;
-                    let fault = CacheFault::from_name(fault).ok_or_else(|| {
-                        format!(
-                            "unknown fault {fault:?} in {text:?}: expected one of {}",
-                            CacheFault::ALL.map(CacheFault::name).join(", ")
-                        )
-                    })?;
+                    let fault =
+                        CacheFault::from_name(fault).ok_or_else(|| SubjectError::UnknownFault {
+                            fault: fault.to_string(),
+                            text: text.to_string(),
+                        })?;
                     if !base.holds(fault.variant()) {
-                        return Err(format!(
-                            "{text:?}: {fault} is a packed fault and the ring has no packed variant"
-                        ));
+                        return Err(SubjectError::PackedFaultOnRing {
+                            text: text.to_string(),
+                            fault,
+                        });
                     }
                     return Ok(SubjectSpec::cache_fault(fault, base));
                 }
                 match name.and_then(CacheFault::from_name) {
                     Some(fault) => Ok(SubjectSpec::CacheFault(fault)),
-                    None => Err(format!(
-                        "unknown subject {text:?}: expected cache, cache:ring, cache:in-place, cache:generic, reference, exec:'COMMAND ARGS' or fault:NAME with NAME one of {}, {}",
-                        Fault::ALL.map(Fault::name).join(", "),
-                        CacheFault::ALL.map(CacheFault::name).join(", ")
-                    )),
+                    None => Err(SubjectError::Unknown {
+                        text: text.to_string(),
+                    }),
                 }
             }
         }
     }
 
     /// The subject of the property suites: `KVCHECK_SUBJECT` (any form
-    /// [`SubjectSpec::parse`] takes), else the shipped caches.
-    pub fn from_env() -> Result<SubjectSpec, String> {
+    /// [`SubjectSpec::parse`] takes), else the shipped caches. A value
+    /// that does not parse is an error naming the variable.
+    pub fn from_env() -> Result<SubjectSpec, SubjectEnvError> {
         match std::env::var("KVCHECK_SUBJECT") {
             Err(_) => Ok(SubjectSpec::Cache),
             Ok(text) if text.trim().is_empty() => Ok(SubjectSpec::Cache),
             Ok(text) => {
-                SubjectSpec::parse(text.trim()).map_err(|e| format!("KVCHECK_SUBJECT: {e}"))
+                SubjectSpec::parse(text.trim()).map_err(|source| SubjectEnvError { source })
             }
         }
     }
@@ -330,9 +381,9 @@ impl std::fmt::Display for SubjectSpec {
 }
 
 impl std::str::FromStr for SubjectSpec {
-    type Err = String;
+    type Err = SubjectError;
 
-    fn from_str(text: &str) -> Result<SubjectSpec, String> {
+    fn from_str(text: &str) -> Result<SubjectSpec, SubjectError> {
         SubjectSpec::parse(text)
     }
 }
@@ -353,7 +404,7 @@ mod tests {
                 .name(&Config::packed(4)),
             "packed:in-place"
         );
-        let err = SubjectSpec::parse("cache:gpu").unwrap_err();
+        let err = SubjectSpec::parse("cache:gpu").unwrap_err().to_string();
         assert!(err.contains("\"gpu\""), "{err}");
         assert!(generic.open(&Config::dense(4), &Device::Cpu).is_ok());
     }

@@ -116,7 +116,10 @@ fn campaign_cases_stay_within_the_capabilities() {
         );
     }
     let tiny = PROFILES.iter().position(|p| p.name == "tiny").unwrap();
-    let err = CASE_RUNNERS[tiny](&mut runner, 40, &subject).err().unwrap();
+    let err = CASE_RUNNERS[tiny](&mut runner, 40, &subject)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
         err.contains("unsupported by the subject: profile tiny"),
         "{err}"

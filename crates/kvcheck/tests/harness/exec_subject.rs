@@ -105,7 +105,9 @@ fn a_planted_fault_is_caught_by_the_suites_and_the_explorer_and_minimized() {
         return;
     }
     let (subject, _) = exec("--fault stale-rewrite", Duration::from_secs(10));
-    let message = kvcheck::suite::check_subject(&subject, &settings(64)).unwrap_err();
+    let message = kvcheck::suite::check_subject(&subject, &settings(64))
+        .unwrap_err()
+        .to_string();
     assert!(message.contains("values divergence"), "{message}");
     let found = Explorer::new(&sink_config(), subject.clone())
         .depth(2)

@@ -296,7 +296,9 @@ fn parallel_failing_suites_keep_their_own_traces() {
                         subject: SubjectSpec::Fault(fault),
                         oracle: kvcheck::oracle::Oracle::Model,
                     };
-                    check_family::<Tiny>(&settings).expect_err("the fault is found")
+                    check_family::<Tiny>(&settings)
+                        .expect_err("the fault is found")
+                        .to_string()
                 })
             })
             .collect();

@@ -190,10 +190,16 @@ fn faults_on_other_bases_parse_and_name_themselves() {
     );
     let caps = ring.capabilities().unwrap();
     assert_eq!(caps.variants, vec![Variant::Dense]);
-    let err = SubjectSpec::parse("fault:scale-reciprocal@ring").unwrap_err();
+    let err = SubjectSpec::parse("fault:scale-reciprocal@ring")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no packed variant"), "{err}");
-    let err = SubjectSpec::parse("fault:roll-one-short@gpu").unwrap_err();
+    let err = SubjectSpec::parse("fault:roll-one-short@gpu")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("unknown cache \"gpu\""), "{err}");
-    let err = SubjectSpec::parse("fault:nothing@ring").unwrap_err();
+    let err = SubjectSpec::parse("fault:nothing@ring")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("unknown fault \"nothing\""), "{err}");
 }

@@ -16,17 +16,34 @@ pub struct Fuzzer {
     root: PathBuf,
 }
 
+/// Why the fuzz column cannot run (it is skipped with the reason).
+#[derive(Debug, thiserror::Error)]
+pub enum FuzzerError {
+    /// The working directory is not the repository root.
+    #[error("run from the repository root (fuzz/fuzz_targets/fault_lockstep.rs not found)")]
+    NotAtRoot,
+    /// `cargo fuzz --version` fails.
+    #[error("cargo-fuzz is not installed (cargo install cargo-fuzz --locked)")]
+    NoCargoFuzz,
+    /// `cargo fuzz build` could not be started.
+    #[error("cannot run cargo fuzz build: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// `cargo fuzz build` failed; the last lines of its standard error.
+    #[error("cargo fuzz build failed:\n{stderr_tail}")]
+    BuildFailed {
+        /// The last 15 lines of the build's standard error.
+        stderr_tail: String,
+    },
+}
+
 const FUZZ_FLAGS: [&str; 4] = ["--sanitizer", "none", "--release", "--debug-assertions"];
 
 impl Fuzzer {
     /// Finds cargo-fuzz and a toolchain that can build the target, and builds it.
-    pub fn prepare() -> Result<Fuzzer, String> {
+    pub fn prepare() -> Result<Fuzzer, FuzzerError> {
         let root = PathBuf::from(".");
         if !root.join("fuzz/fuzz_targets/fault_lockstep.rs").exists() {
-            return Err(
-                "run from the repository root (fuzz/fuzz_targets/fault_lockstep.rs not found)"
-                    .into(),
-            );
+            return Err(FuzzerError::NotAtRoot);
         }
         let nightly = Command::new("cargo")
             .args(["+nightly", "--version"])
@@ -51,7 +68,7 @@ impl Fuzzer {
             .status()
             .is_ok_and(|s| s.success());
         if !found {
-            return Err("cargo-fuzz is not installed (cargo install cargo-fuzz --locked)".into());
+            return Err(FuzzerError::NoCargoFuzz);
         }
         eprintln!("power: building fault_lockstep (cargo fuzz build)");
         let out = fuzzer
@@ -60,14 +77,13 @@ impl Fuzzer {
             .args(FUZZ_FLAGS)
             .arg("fault_lockstep")
             .output()
-            .map_err(|e| format!("cannot run cargo fuzz build: {e}"))?;
+            .map_err(FuzzerError::Spawn)?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
-            return Err(format!(
-                "cargo fuzz build failed:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
+            return Err(FuzzerError::BuildFailed {
+                stderr_tail: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
         }
         Ok(fuzzer)
     }

@@ -1,7 +1,6 @@
 //! `kvcheck power --oracle self`: the zoo checked by the relations alone,
 //! a column per relation, and why the faults no relation sees escape.
 
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use kvcheck::divergence::DivergenceKind;
@@ -11,12 +10,12 @@ use kvcheck::relation::Relation;
 use kvcheck::scale::default_jobs;
 
 use super::{in_parallel, Args};
-use crate::cli::EXIT_MISMATCH;
+use crate::cli::CliError;
 
 /// Longest op sequence of a drawn case.
 const MAX_OPS: usize = 40;
 
-pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> ExitCode {
+pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> Result<(), CliError> {
     let started = Instant::now();
     let relations: Vec<Relation> = match only {
         Some(r) => vec![r],
@@ -125,9 +124,9 @@ pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> ExitC
     );
     if false_positive {
         println!("FALSE POSITIVE: a relation failed on the correct cache");
-        return ExitCode::from(EXIT_MISMATCH);
+        return Err(CliError::FalsePositive);
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// The catch with the least subject work.

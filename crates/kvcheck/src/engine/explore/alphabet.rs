@@ -6,6 +6,14 @@ use kvmodel::{Config, Model, Op};
 
 use crate::subject::Capabilities;
 
+/// An alphabet name that is neither `full` nor `small`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown alphabet {text:?}: expected full or small")]
+pub struct UnknownAlphabet {
+    /// The text parsed.
+    pub text: String,
+}
+
 /// Which ops the explorer tries from each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Alphabet {
@@ -20,12 +28,15 @@ pub enum Alphabet {
 }
 
 impl Alphabet {
-    /// Parses `full` or `small`.
-    pub fn parse(text: &str) -> Result<Alphabet, String> {
+    /// Parses `full` or `small`; anything else is an [`UnknownAlphabet`]
+    /// quoting the text.
+    pub fn parse(text: &str) -> Result<Alphabet, UnknownAlphabet> {
         match text {
             "full" => Ok(Alphabet::Full),
             "small" => Ok(Alphabet::Small),
-            _ => Err(format!("unknown alphabet {text:?}: expected full or small")),
+            _ => Err(UnknownAlphabet {
+                text: text.to_string(),
+            }),
         }
     }
 
@@ -92,9 +103,9 @@ impl Alphabet {
 }
 
 impl std::str::FromStr for Alphabet {
-    type Err = String;
+    type Err = UnknownAlphabet;
 
-    fn from_str(text: &str) -> Result<Alphabet, String> {
+    fn from_str(text: &str) -> Result<Alphabet, UnknownAlphabet> {
         Alphabet::parse(text)
     }
 }

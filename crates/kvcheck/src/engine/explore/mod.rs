@@ -51,7 +51,7 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use kvmodel::{Config, ErrorKind, Op, Variant};
 
-pub use alphabet::Alphabet;
+pub use alphabet::{Alphabet, UnknownAlphabet};
 
 use crate::coverage::Coverage;
 use crate::divergence::Divergence;

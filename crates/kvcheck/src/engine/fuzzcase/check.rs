@@ -3,16 +3,64 @@
 
 use super::*;
 
+use crate::divergence::Divergence;
+use crate::lockstep::SetupError;
+use kvmodel::CacheError;
+
+/// What a fuzz target's body reports as a crash (libFuzzer panics with the
+/// message): a divergence or broken invariant with the kvtrace JSON that
+/// replays it, or a setup failure on input the decoder made valid.
+#[derive(Debug, thiserror::Error)]
+pub enum FuzzFailure {
+    /// The lockstep driver could not open a subject on a config the
+    /// decoder made valid.
+    #[error("setup failed for a valid config: {0}")]
+    Setup(#[source] SetupError),
+    /// A trace that loads could not be replayed (`trace_load`); the
+    /// replay's own message.
+    #[error("setup failed for a loaded trace: {0}")]
+    TraceSetup(String),
+    /// The subject diverged from the model: the report, then the trace.
+    #[error("{0}\n──── kvtrace ────\n{json}", json = .0.trace.to_json())]
+    Diverged(Box<Divergence>),
+    /// The model refused the case's config (`model_invariants`; the
+    /// decoder always makes valid ones).
+    #[error(transparent)]
+    InvalidConfig(#[from] CacheError),
+    /// A SPEC.md invariant of the model broke after an op
+    /// (`model_invariants`).
+    #[error(
+        "model invariant broken at step {step} ({op}): {what}\n──── kvtrace ────\n{json}",
+        json = .trace.to_json()
+    )]
+    Invariant {
+        /// Index of the op after which it broke.
+        step: usize,
+        /// That op.
+        op: Op,
+        /// The invariant and how it broke.
+        what: String,
+        /// The ops up to and including that one, `expect` from the model.
+        trace: Box<Trace>,
+    },
+}
+
+impl From<Box<Divergence>> for FuzzFailure {
+    fn from(divergence: Box<Divergence>) -> FuzzFailure {
+        FuzzFailure::Diverged(divergence)
+    }
+}
+
 /// The body of `dense_lockstep` / `packed_lockstep`: the case through the
 /// lockstep driver, on the shipped cache and again on its device-generic
 /// path (`cache:generic`, the code a GPU runs). `Err` holds the divergence
-/// report and the kvtrace JSON.
-pub fn check_lockstep(case: &FuzzCase) -> Result<(), String> {
+/// (its message: the report and the kvtrace JSON).
+pub fn check_lockstep(case: &FuzzCase) -> Result<(), FuzzFailure> {
     check_lockstep_with(case, ValueCheck::default())
 }
 
 /// [`check_lockstep`] comparing views with `value_check`.
-pub fn check_lockstep_with(case: &FuzzCase, value_check: ValueCheck) -> Result<(), String> {
+pub fn check_lockstep_with(case: &FuzzCase, value_check: ValueCheck) -> Result<(), FuzzFailure> {
     check_subject_with(case, &SubjectSpec::Cache, value_check)?;
     check_subject_with(
         case,
@@ -23,7 +71,7 @@ pub fn check_lockstep_with(case: &FuzzCase, value_check: ValueCheck) -> Result<(
 
 /// [`check_lockstep`] on `subject` (decode the case with
 /// [`FuzzCase::decode_for`] and the subject's capabilities).
-pub fn check_lockstep_on(case: &FuzzCase, subject: &SubjectSpec) -> Result<(), String> {
+pub fn check_lockstep_on(case: &FuzzCase, subject: &SubjectSpec) -> Result<(), FuzzFailure> {
     check_subject_with(case, subject, ValueCheck::default())
 }
 
@@ -32,12 +80,11 @@ pub fn check_subject_with(
     case: &FuzzCase,
     subject: &SubjectSpec,
     value_check: ValueCheck,
-) -> Result<(), String> {
-    let mut run = Lockstep::open(&case.config, subject, &Device::Cpu)
-        .map_err(|e| format!("setup failed for a valid config: {e}"))?;
+) -> Result<(), FuzzFailure> {
+    let mut run =
+        Lockstep::open(&case.config, subject, &Device::Cpu).map_err(FuzzFailure::Setup)?;
     run.set_value_check(value_check);
-    run.run(&case.ops)
-        .map_err(|d| format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json()))
+    Ok(run.run(&case.ops)?)
 }
 
 /// The lockstep targets' body on raw bytes: the case of
@@ -50,23 +97,19 @@ pub(super) fn check_bytes(
     data: &[u8],
     subjects: &[SubjectSpec],
     value_check: ValueCheck,
-) -> Result<(), String> {
+) -> Result<(), FuzzFailure> {
     let mut u = Unstructured::new(data);
     let capabilities = Capabilities::full();
     let fuzz_config = FuzzConfig::arbitrary(&mut u).unwrap_or_default();
     let config = restrict_config(fuzz_config.to_config(variant), &capabilities);
-    let report = |d: Box<crate::divergence::Divergence>| {
-        format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json())
-    };
     let mut decoded: Option<Vec<Op>> = None;
     for subject in subjects {
-        let mut run = Lockstep::open(&config, subject, &Device::Cpu)
-            .map_err(|e| format!("setup failed for a valid config: {e}"))?;
+        let mut run = Lockstep::open(&config, subject, &Device::Cpu).map_err(FuzzFailure::Setup)?;
         run.set_value_check(value_check);
         match &decoded {
-            Some(ops) => run.run(ops).map_err(report)?,
+            Some(ops) => run.run(ops)?,
             None => {
-                decode_into(&mut run, &mut u, &capabilities).map_err(report)?;
+                decode_into(&mut run, &mut u, &capabilities)?;
                 decoded = Some(run.ops().to_vec());
             }
         }
@@ -80,7 +123,7 @@ pub(super) fn decode_into(
     run: &mut Lockstep,
     u: &mut Unstructured<'_>,
     capabilities: &Capabilities,
-) -> Result<(), Box<crate::divergence::Divergence>> {
+) -> Result<(), Box<Divergence>> {
     let mut cursor = Cursor::default();
     while !u.is_empty() && run.ops().len() < MAX_OPS {
         let mut bytes = [0u8; OP_BYTES];
@@ -98,19 +141,23 @@ pub(super) fn decode_into(
 }
 
 /// The body of `model_invariants`: SPEC.md invariants of the model alone,
-/// checked after every op. `Err` names the broken invariant.
-pub fn check_model_invariants(case: &FuzzCase) -> Result<(), String> {
-    let mut model = Model::new(&case.config).map_err(|e| e.to_string())?;
+/// checked after every op. `Err` names the broken invariant
+/// ([`FuzzFailure::Invariant`]).
+pub fn check_model_invariants(case: &FuzzCase) -> Result<(), FuzzFailure> {
+    let mut model = Model::new(&case.config)?;
     for (index, op) in case.ops.iter().enumerate() {
         let before = model.clone();
         let outcome: Outcome = model.apply(index as u64, op).into();
         let fail = |what: String| {
-            Err(format!(
-                "model invariant broken at step {index} ({op}): {what}\n──── kvtrace ────\n{}",
-                Trace::new(case.config.clone(), case.ops[..=index].to_vec())
-                    .with_model_expect()
-                    .to_json()
-            ))
+            Err(FuzzFailure::Invariant {
+                step: index,
+                op: *op,
+                what,
+                trace: Box::new(
+                    Trace::new(case.config.clone(), case.ops[..=index].to_vec())
+                        .with_model_expect(),
+                ),
+            })
         };
         if model.resident_len() > model.capacity() {
             return fail(format!(
@@ -251,7 +298,7 @@ pub fn trace_load_replays(trace: &Trace) -> bool {
 /// Refused input is fine (`Ok`); `Err` is a divergence or a setup failure.
 /// A mismatch with the file's own `expect` is not a bug (the bytes are
 /// arbitrary) and is ignored.
-pub fn check_trace_load(data: &[u8]) -> Result<(), String> {
+pub fn check_trace_load(data: &[u8]) -> Result<(), FuzzFailure> {
     let Ok(text) = std::str::from_utf8(data) else {
         return Ok(());
     };
@@ -263,10 +310,10 @@ pub fn check_trace_load(data: &[u8]) -> Result<(), String> {
     }
     let report = replay(&trace, None, Some(SubjectSpec::Cache), None);
     if let Some(e) = report.setup_error {
-        return Err(format!("setup failed for a loaded trace: {e}"));
+        return Err(FuzzFailure::TraceSetup(e));
     }
     match report.divergence {
-        Some(d) => Err(format!("{d}\n──── kvtrace ────\n{}", d.trace.to_json())),
+        Some(d) => Err(FuzzFailure::Diverged(d)),
         None => Ok(()),
     }
 }

@@ -2,6 +2,18 @@
 
 use super::*;
 
+/// Why fuzzer bytes do not make a kvtrace file ([`Target::to_trace`]):
+/// only `trace_load` inputs can fail, the other targets decode any bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// A `trace_load` input is not UTF-8 text.
+    #[error("not UTF-8: {0}")]
+    NotUtf8(#[from] std::str::Utf8Error),
+    /// A `trace_load` input is not a loadable kvtrace/1 document.
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+}
+
 /// The fuzz targets, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -44,14 +56,15 @@ impl Target {
         Target::ALL.into_iter().find(|t| t.name() == name)
     }
 
-    /// Runs the target's body on `data`.
-    pub fn check(self, data: &[u8]) -> Result<(), String> {
+    /// Runs the target's body on `data`; `Err` is what the fuzzer reports
+    /// as a crash.
+    pub fn check(self, data: &[u8]) -> Result<(), FuzzFailure> {
         self.check_with(data, ValueCheck::default())
     }
 
     /// [`Target::check`] with the lockstep targets comparing views with
     /// `value_check` (the other targets ignore it).
-    pub fn check_with(self, data: &[u8], value_check: ValueCheck) -> Result<(), String> {
+    pub fn check_with(self, data: &[u8], value_check: ValueCheck) -> Result<(), FuzzFailure> {
         let generic = SubjectSpec::CachePath(kvcache::Path::Generic);
         match self {
             Target::DenseLockstep => check_bytes(
@@ -76,7 +89,7 @@ impl Target {
 
     /// The input as a kvtrace file: the JSON itself for `trace_load`, the
     /// decoded case with `expect` from the model for the others.
-    pub fn to_trace(self, data: &[u8]) -> Result<Trace, String> {
+    pub fn to_trace(self, data: &[u8]) -> Result<Trace, DecodeError> {
         match self {
             Target::DenseLockstep | Target::RingLockstep => {
                 Ok(FuzzCase::from_bytes(Variant::Dense, data).to_trace())
@@ -84,8 +97,8 @@ impl Target {
             Target::PackedLockstep => Ok(FuzzCase::from_bytes(Variant::Packed, data).to_trace()),
             Target::ModelInvariants => Ok(FuzzCase::from_model_bytes(data).to_trace()),
             Target::TraceLoad => {
-                let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8: {e}"))?;
-                Trace::from_json(text).map_err(|e| e.to_string())
+                let text = std::str::from_utf8(data)?;
+                Ok(Trace::from_json(text)?)
             }
         }
     }
@@ -114,9 +127,9 @@ pub fn fault_case_on(
 }
 
 /// The body of `fault_lockstep`: [`fault_case`] through the lockstep driver
-/// on the cache with `fault`. `Err` holds the divergence report and the
-/// kvtrace JSON, as for the other lockstep targets.
-pub fn check_fault(fault: kvcache::fault::CacheFault, data: &[u8]) -> Result<(), String> {
+/// on the cache with `fault`. `Err` holds the divergence (its message: the
+/// report and the kvtrace JSON), as for the other lockstep targets.
+pub fn check_fault(fault: kvcache::fault::CacheFault, data: &[u8]) -> Result<(), FuzzFailure> {
     check_fault_on(fault, kvcache::fault::FaultBase::Shipped, data)
 }
 
@@ -125,7 +138,7 @@ pub fn check_fault_on(
     fault: kvcache::fault::CacheFault,
     base: kvcache::fault::FaultBase,
     data: &[u8],
-) -> Result<(), String> {
+) -> Result<(), FuzzFailure> {
     check_lockstep_on(
         &fault_case_on(fault, base, data),
         &SubjectSpec::cache_fault(fault, base),

@@ -20,7 +20,7 @@ use kvmodel::{Config, Model, Op, Variant, Write};
 use proptest::prelude::Rng;
 use proptest::test_runner::TestRunner;
 
-use crate::machine::CASE_DRAWS;
+use crate::machine::{CaseError, CASE_DRAWS};
 use crate::subject::{Capabilities, SubjectSpec};
 
 /// Draws case `profile` from `runner` as every engine does
@@ -31,7 +31,7 @@ pub fn draw(
     max_ops: usize,
     subject: &SubjectSpec,
     capabilities: &Capabilities,
-) -> Result<(Config, Vec<Op>), String> {
+) -> Result<(Config, Vec<Op>), CaseError> {
     let (config, ops) = CASE_DRAWS[profile](runner, max_ops, subject)?;
     Ok(shape(runner, config, ops, capabilities))
 }

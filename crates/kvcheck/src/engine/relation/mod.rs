@@ -34,7 +34,7 @@ use kvmodel::{Config, Op};
 use crate::check::record::{observe, Plan, Seen, Transcript};
 pub use crate::check::relation::Relation;
 use crate::divergence::{Divergence, DivergenceKind};
-use crate::subject::{SubjectSpec, Unsupported};
+use crate::subject::{SubjectError, SubjectSpec, Unsupported};
 use crate::trace::{OracleTag, Trace};
 use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
@@ -64,6 +64,40 @@ pub enum NotChecked {
     /// A subject could not be asked, opened or run.
     #[error("{0}")]
     Setup(String),
+}
+
+pub use crate::check::record::ObserveError;
+
+/// Why an oracle form does not parse
+/// ([`Oracle::parse`](crate::oracle::Oracle::parse)), or a trace's
+/// `oracle` field names no oracle
+/// ([`Oracle::of_tag`](crate::oracle::Oracle::of_tag)).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OracleError {
+    /// `self:NAME` where `NAME` is no relation's id or name.
+    #[error(
+        "unknown relation {name:?}: expected one of {}",
+        Relation::ALL.map(Relation::id).join(", ")
+    )]
+    UnknownRelation {
+        /// The relation named.
+        name: String,
+    },
+    /// Neither `model`, `self`, `self:RELATION` nor a subject form.
+    #[error("not model, self, self:RELATION or a subject: {0}")]
+    NotAnOracle(#[source] SubjectError),
+    /// A trace's `oracle` field names a subject that does not parse.
+    #[error(transparent)]
+    TraceSubject(SubjectError),
+}
+
+/// `KVCHECK_ORACLE` holds something
+/// [`Oracle::parse`](crate::oracle::Oracle::parse) refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("KVCHECK_ORACLE: {source}")]
+pub struct OracleEnvError {
+    /// Why the value does not parse.
+    pub source: OracleError,
 }
 
 /// What [`check`] did, for callers that count work.
@@ -325,7 +359,7 @@ fn run_counted(
     plan: &Plan,
     work: &mut Work,
 ) -> Result<Transcript, NotChecked> {
-    let run = observe(subject, plan).map_err(NotChecked::Setup)?;
+    let run = observe(subject, plan).map_err(|e| NotChecked::Setup(e.to_string()))?;
     work.runs += 1;
     work.ops += run.seen.len() + usize::from(run.failure.is_some());
     Ok(run)

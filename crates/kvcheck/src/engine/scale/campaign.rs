@@ -26,6 +26,7 @@ use super::jobs::case_seed;
 use super::Shard;
 use crate::coverage::Coverage;
 use crate::divergence::Divergence;
+use crate::machine::CaseError;
 use crate::oracle::{run_case, Oracle};
 use crate::relation::Judged;
 use crate::strategy::PROFILES;
@@ -129,6 +130,17 @@ impl CampaignOutcome {
     }
 }
 
+/// Why a campaign stopped without an outcome: the cases of a profile could
+/// not be drawn or run (the first such error of any worker).
+#[derive(Debug, thiserror::Error)]
+#[error("profile {profile}: {source}")]
+pub struct CampaignError {
+    /// The profile whose case failed.
+    pub profile: &'static str,
+    /// Why the case could not be drawn or run.
+    pub source: CaseError,
+}
+
 /// The campaign's shared stop conditions.
 struct Control {
     next: AtomicU64,
@@ -142,7 +154,7 @@ impl Campaign {
     /// Runs the campaign on [`Campaign::jobs`] threads. `progress` gets the
     /// elapsed milliseconds as position and the ops checked as message.
     /// `Err` names a profile whose cases cannot be drawn or run.
-    pub fn run(&self, progress: Option<&ProgressBar>) -> Result<CampaignOutcome, String> {
+    pub fn run(&self, progress: Option<&ProgressBar>) -> Result<CampaignOutcome, CampaignError> {
         self.run_mode(progress, false)
     }
 
@@ -150,7 +162,10 @@ impl Campaign {
     /// the outcome's [`Triage`] and the campaign goes on until its cases or
     /// its budget are spent; `found` stays `None`. A new signature is
     /// printed above `progress` when it is met.
-    pub fn run_triage(&self, progress: Option<&ProgressBar>) -> Result<CampaignOutcome, String> {
+    pub fn run_triage(
+        &self,
+        progress: Option<&ProgressBar>,
+    ) -> Result<CampaignOutcome, CampaignError> {
         self.run_mode(progress, true)
     }
 
@@ -158,7 +173,7 @@ impl Campaign {
         &self,
         progress: Option<&ProgressBar>,
         keep_going: bool,
-    ) -> Result<CampaignOutcome, String> {
+    ) -> Result<CampaignOutcome, CampaignError> {
         let started = Instant::now();
         let control = Control {
             next: AtomicU64::new(0),
@@ -168,7 +183,7 @@ impl Campaign {
         };
         let found: Mutex<Vec<(u64, Found)>> = Mutex::new(Vec::new());
         let triage = Mutex::new(Triage::new());
-        let error: Mutex<Option<String>> = Mutex::new(None);
+        let error: Mutex<Option<CampaignError>> = Mutex::new(None);
         let tallies: Vec<ProfileTally> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..self.jobs.max(1))
                 .map(|worker| {
@@ -246,10 +261,13 @@ impl Campaign {
                 &self.oracle,
             ) {
                 Ok(outcome) => outcome,
-                Err(e) => {
+                Err(source) => {
                     control.failed.store(true, Ordering::Relaxed);
                     let mut slot = error.lock().unwrap_or_else(|e| e.into_inner());
-                    slot.get_or_insert_with(|| format!("profile {}: {e}", PROFILES[profile].name));
+                    slot.get_or_insert(CampaignError {
+                        profile: PROFILES[profile].name,
+                        source,
+                    });
                     break;
                 }
             };
@@ -323,5 +341,5 @@ impl Campaign {
 type Sinks<'a> = (
     &'a Mutex<Vec<(u64, Found)>>,
     &'a Mutex<Triage>,
-    &'a Mutex<Option<String>>,
+    &'a Mutex<Option<CampaignError>>,
 );

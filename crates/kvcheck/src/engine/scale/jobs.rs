@@ -16,12 +16,21 @@ pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Parses a `--jobs` value: a positive number of workers.
-pub fn parse_jobs(text: &str) -> Result<usize, String> {
+/// A `--jobs` value that is not a positive whole number.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("--jobs takes a positive number of workers, got {text:?}")]
+pub struct InvalidJobs {
+    /// The text parsed.
+    pub text: String,
+}
+
+/// Parses a `--jobs` value: a positive number of workers; anything else is
+/// an [`InvalidJobs`] quoting the text.
+pub fn parse_jobs(text: &str) -> Result<usize, InvalidJobs> {
     match text.trim().parse::<usize>() {
-        Ok(0) | Err(_) => Err(format!(
-            "--jobs takes a positive number of workers, got {text:?}"
-        )),
+        Ok(0) | Err(_) => Err(InvalidJobs {
+            text: text.to_string(),
+        }),
         Ok(n) => Ok(n),
     }
 }

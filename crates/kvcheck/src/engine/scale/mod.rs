@@ -7,6 +7,6 @@ pub mod campaign;
 pub mod jobs;
 pub use crate::report;
 
-pub use campaign::{Campaign, CampaignOutcome, Found, ProfileTally};
-pub use jobs::{available_cores, case_seed, default_jobs, parse_jobs};
 pub use crate::report::shard::{Shard, ShardError};
+pub use campaign::{Campaign, CampaignError, CampaignOutcome, Found, ProfileTally};
+pub use jobs::{available_cores, case_seed, default_jobs, parse_jobs, InvalidJobs};

@@ -18,7 +18,6 @@ mod signature;
 
 use std::path::Path;
 
-
 pub use crate::report::findings::{findings_table, merge_findings, FindingReport};
 pub use signature::TriageSignature;
 
@@ -197,4 +196,3 @@ pub fn settle(
     }
     out
 }
-

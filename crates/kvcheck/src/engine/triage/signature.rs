@@ -14,7 +14,6 @@ use std::fmt;
 
 use kvmodel::{Config, Model, Op, Outcome};
 
-
 use crate::divergence::{Divergence, DivergenceKind, RowSource};
 
 pub use crate::report::findings::TriageSignature;

@@ -19,6 +19,8 @@
 
 use std::time::Duration;
 
+use crate::settings::SettingError;
+
 mod cache;
 mod failure;
 mod pool;
@@ -57,17 +59,26 @@ pub const STDERR_LINES: usize = 20;
 /// The timeout from `KVCHECK_SUBJECT_TIMEOUT` (seconds, fractions allowed),
 /// else [`DEFAULT_TIMEOUT`]. A value that is not a positive number is an
 /// error naming the variable.
-pub fn timeout_from_env() -> Result<Duration, String> {
-    crate::settings::seconds("KVCHECK_SUBJECT_TIMEOUT")
-        .map(|t| t.unwrap_or(DEFAULT_TIMEOUT))
-        .map_err(|e| e.to_string())
+pub fn timeout_from_env() -> Result<Duration, SettingError> {
+    crate::settings::seconds("KVCHECK_SUBJECT_TIMEOUT").map(|t| t.unwrap_or(DEFAULT_TIMEOUT))
 }
 
-/// Parses a timeout in seconds (`10`, `0.5`).
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+/// A `--subject-timeout` that is not a positive, finite number of seconds.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a positive number of seconds")]
+pub struct InvalidTimeout {
+    /// The text parsed.
+    pub text: String,
+}
+
+/// Parses a timeout in seconds (`10`, `0.5`); anything but a positive,
+/// finite number is an [`InvalidTimeout`] quoting the text.
+pub fn parse_timeout(text: &str) -> Result<Duration, InvalidTimeout> {
     match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-        _ => Err(format!("{text:?} is not a positive number of seconds")),
+        _ => Err(InvalidTimeout {
+            text: text.to_string(),
+        }),
     }
 }
 

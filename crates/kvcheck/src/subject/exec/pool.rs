@@ -18,6 +18,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Why an `exec:` command line cannot make an [`ExecSubject`]: nothing is
+/// spawned before it is checked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExecCommandError {
+    /// The command line does not split like a shell would (an unclosed
+    /// quote, a trailing backslash).
+    #[error("cannot split the subject command {command:?}: {source}")]
+    Split {
+        /// The command line as given.
+        command: String,
+        /// What `shell-words` found wrong.
+        source: shell_words::ParseError,
+    },
+    /// The command line holds no word.
+    #[error("exec: needs a command, e.g. exec:'python3 adapters/reference_subject.py'")]
+    Empty,
+    /// `KVCHECK_SUBJECT_TIMEOUT`, the default response timeout, does not
+    /// hold a positive number of seconds.
+    #[error(transparent)]
+    Timeout(#[from] crate::settings::SettingError),
+}
+
 /// A command that speaks kvcheck-subject/1, with its idle processes.
 pub struct ExecSubject {
     pub(super) command: String,
@@ -43,13 +65,13 @@ impl ExecSubject {
     /// The subject `command_line` (split like a shell would). The timeout
     /// defaults to `KVCHECK_SUBJECT_TIMEOUT` or 10 s, exact kinds to
     /// `KVCHECK_EXACT_KINDS`. Nothing is spawned until it is needed.
-    pub fn new(command_line: &str) -> Result<ExecSubject, String> {
-        let argv = shell_words::split(command_line)
-            .map_err(|e| format!("cannot split the subject command {command_line:?}: {e}"))?;
+    pub fn new(command_line: &str) -> Result<ExecSubject, ExecCommandError> {
+        let argv = shell_words::split(command_line).map_err(|source| ExecCommandError::Split {
+            command: command_line.to_string(),
+            source,
+        })?;
         if argv.is_empty() {
-            return Err(
-                "exec: needs a command, e.g. exec:'python3 adapters/reference_subject.py'".into(),
-            );
+            return Err(ExecCommandError::Empty);
         }
         Ok(ExecSubject {
             command: command_line.trim().to_string(),
