@@ -9,7 +9,7 @@
 use std::sync::OnceLock;
 
 use kvcache::fault::{CacheFault, FaultBase};
-use kvcheck::fuzzcase::check_fault_on;
+use kvcheck::engine::fuzzcase::check_fault_on;
 use libfuzzer_sys::fuzz_target;
 
 fn fault() -> (CacheFault, FaultBase) {

@@ -3,7 +3,7 @@
 //! monotone except rewind/reset, …) on long structured sequences.
 #![no_main]
 
-use kvcheck::fuzzcase::Target;
+use kvcheck::engine::fuzzcase::Target;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

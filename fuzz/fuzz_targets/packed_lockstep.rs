@@ -1,9 +1,9 @@
 //! Packed cache vs. the model, op by op, on structured bounded cases
-//! (`kvcheck::fuzzcase::FuzzCase`). A divergence panics with the report
+//! (`kvcheck::engine::fuzzcase::FuzzCase`). A divergence panics with the report
 //! and the kvtrace JSON; `kvcheck from-fuzz packed_lockstep FILE` makes the same trace.
 #![no_main]
 
-use kvcheck::fuzzcase::Target;
+use kvcheck::engine::fuzzcase::Target;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

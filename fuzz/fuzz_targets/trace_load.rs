@@ -3,7 +3,7 @@
 //! shipped cache without a divergence.
 #![no_main]
 
-use kvcheck::fuzzcase::Target;
+use kvcheck::engine::fuzzcase::Target;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -112,8 +112,9 @@ pub(crate) fn saved_traces_still_diverge(
     assert!(!findings.is_empty(), "no saved {library} traces");
     for entry in findings {
         let file = entry["file"].as_str().expect("file");
-        let trace = kvcheck::trace::Trace::load(&dir.join(file)).expect("a saved trace loads");
-        let report = kvcheck::replay::replay(&trace, None, Some(subject(entry)), None);
+        let trace =
+            kvcheck::check::trace::Trace::load(&dir.join(file)).expect("a saved trace loads");
+        let report = kvcheck::engine::replay::replay(&trace, None, Some(subject(entry)), None);
         let divergence = report
             .divergence
             .unwrap_or_else(|| panic!("{file}: {library} no longer diverges"));

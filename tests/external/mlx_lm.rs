@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use kvcheck::check::trace::Trace;
 use kvcheck::subject::SubjectSpec;
-use kvcheck::trace::Trace;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -79,7 +79,8 @@ fn mlx_lm_agrees_on_its_protocols() {
         assert_eq!(files.len(), 8, "{cache}: traces written");
         for file in &files {
             let trace = Trace::load(file).expect("a protocol trace loads");
-            let report = kvcheck::replay::replay(&trace, None, Some(subject(&python, args)), None);
+            let report =
+                kvcheck::engine::replay::replay(&trace, None, Some(subject(&python, args)), None);
             assert!(
                 report.passed() && report.skipped.is_none(),
                 "{}: {cache} protocol trace disagrees: {:?} {:?} {:?}",

@@ -1,6 +1,6 @@
 //! Replays every committed fuzz corpus entry and saved crash artifact
 //! (`fuzz/corpus/<target>/*`, `fuzz/artifacts/<target>/*`) through the same
-//! target bodies the fuzzers run (`kvcheck::fuzzcase::Target::check`), so CI
+//! target bodies the fuzzers run (`kvcheck::engine::fuzzcase::Target::check`), so CI
 //! covers them on stable without libFuzzer.
 //!
 //! The seed corpus is built from `tests/vectors/*.kvtrace.json`:
@@ -11,8 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kvcheck::fuzzcase::{FuzzCase, Target};
-use kvcheck::trace::Trace;
+use kvcheck::check::trace::Trace;
+use kvcheck::engine::fuzzcase::{FuzzCase, Target};
 use kvcheck::Variant;
 
 fn root() -> PathBuf {
@@ -99,7 +99,7 @@ fn fuzz_case_decoding_is_total_and_bounded() {
             case.config.validate().expect("fuzz configs are valid");
             assert!(case.config.capacity <= 64 && case.config.heads <= 4);
             assert!(case.config.batch <= 2 && case.config.head_dim <= 8);
-            assert!(case.ops.len() <= kvcheck::fuzzcase::MAX_OPS);
+            assert!(case.ops.len() <= kvcheck::engine::fuzzcase::MAX_OPS);
         }
         for target in Target::ALL {
             target.check(bytes).unwrap();

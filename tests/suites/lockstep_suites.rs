@@ -1,19 +1,19 @@
 //! The property suites: every profile's state machine, the model against
 //! the shipped cache, checked op by op by the lockstep driver.
 //!
-//! Knobs (see `kvcheck::machine`): `KVCHECK_SUBJECT` (default: the shipped
+//! Knobs (see `kvcheck::engine::machine`): `KVCHECK_SUBJECT` (default: the shipped
 //! caches; `reference`, `fault:NAME` or `exec:COMMAND ARGS` check another
 //! subject), `KVCHECK_CASES` (default 256),
 //! `KVCHECK_MAX_OPS` (default 40), `KVCHECK_SEED` (fixed per profile).
 //! A failure prints the shrunk sequence's report and the path of its
 //! kvtrace file under `target/kvcheck-failures/`.
 
-use kvcheck::machine::{
+use kvcheck::engine::machine::{
     check_family, BatchTwo, Family, Growth, Half, MultiHead, Packed, Pins, Sinks, SuiteSettings,
     Tiny, Window,
 };
+use kvcheck::engine::suite::check_subject;
 use kvcheck::subject::SubjectSpec;
-use kvcheck::suite::check_subject;
 
 fn suite<F: Family>() {
     let settings = SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"));

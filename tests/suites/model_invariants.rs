@@ -2,7 +2,7 @@
 //! any op `|R| ≤ C`, protected positions are never evicted, views are
 //! ascending without duplicates, and a refused op changes nothing.
 
-use kvcheck::strategy::{ops, RefState, PROFILES};
+use kvcheck::engine::strategy::{ops, RefState, PROFILES};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};

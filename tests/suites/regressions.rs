@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use kvcheck::replay::replay;
+use kvcheck::check::trace::{collect_trace_files, Trace};
+use kvcheck::engine::replay::replay;
 use kvcheck::subject::SubjectSpec;
-use kvcheck::trace::{collect_trace_files, Trace};
 
 #[test]
 fn regression_corpus_replays_clean() {

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kvcheck::machine::{run_case, Packed, Tiny};
+use kvcheck::engine::machine::{run_case, Packed, Tiny};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 
 const TARGET_OPS_PER_SECOND: f64 = 50_000.0;

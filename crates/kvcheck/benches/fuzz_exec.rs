@@ -25,10 +25,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvcheck::fuzzcase::{
+use kvcheck::check::lockstep::ValueCheck;
+use kvcheck::engine::fuzzcase::{
     check_lockstep_with, check_subject_with, FuzzCase, FuzzFailure, Target, CONFIG_BYTES, OP_BYTES,
 };
-use kvcheck::lockstep::ValueCheck;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::Variant;
 

@@ -17,9 +17,9 @@
 
 use std::time::{Duration, Instant};
 
-use kvcheck::machine::CASE_DRAWS;
-use kvcheck::oracle::Oracle;
-use kvcheck::relation::Work;
+use kvcheck::engine::machine::CASE_DRAWS;
+use kvcheck::engine::oracle::Oracle;
+use kvcheck::engine::relation::Work;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::{Config, Op};
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};

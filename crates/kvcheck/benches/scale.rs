@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use kvcheck::explore::{grid, Alphabet, Explorer};
-use kvcheck::scale::{available_cores, default_jobs, Campaign, Shard};
-use kvcheck::strategy::PROFILES;
+use kvcheck::engine::explore::{grid, Alphabet, Explorer};
+use kvcheck::engine::scale::{available_cores, default_jobs, Campaign, Shard};
+use kvcheck::engine::strategy::PROFILES;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::Config;
 use rayon::prelude::*;
@@ -27,7 +27,7 @@ fn campaign(jobs: usize, cases: u64) -> Campaign {
         jobs,
         shard: Shard::ALL,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
     }
 }
 

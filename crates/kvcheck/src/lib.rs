@@ -1,27 +1,38 @@
 //! kvcheck: proves streaming attention KV caches correct by checking them,
-//! op by op, against the reference model of `SPEC.md`.
+//! op by op, against the reference model of the cache contract
+//! (`docs/contract.md`).
 //!
 //! The vocabulary ([`Op`], [`Outcome`], [`Config`]) comes from `kvmodel`;
-//! the crate is four wings that follow the data (`docs/architecture.md`):
+//! the crate is four wings that follow the data (`docs/architecture.md`),
+//! and each is named by its path: no module is re-exported under another.
 //!
 //! - [`subject`]: what is checked. The shipped caches, the naive
 //!   [`subject::ReferenceCache`] with injectable faults, a cache in another
 //!   process ([`subject::ExecSubject`], `docs/subject-protocol.md`) or in
 //!   another crate ([`subject::Factory`]), each with its [`Capabilities`];
 //!   [`SubjectSpec`] is the parsed `--subject` text.
-//! - [`check`]: the one driver, [`Lockstep`], that applies each op to the
-//!   model and to a subject and compares everything bit for bit, returning a
-//!   [`Divergence`]; the payloads, view checks, coverage and the kvtrace/1
-//!   format ([`Trace`]).
+//! - [`check`]: the code that applies ops to a subject. [`Lockstep`]
+//!   applies each op to the model and to a subject and compares everything
+//!   bit for bit, returning a [`Divergence`]; [`check::record`] runs a plan
+//!   on a subject and records what it showed, for the oracles that need no
+//!   model; both build payloads and classify refusals the same way. Also
+//!   the view checks, coverage and the kvtrace/1 format ([`Trace`]).
 //! - [`engine`]: how op sequences are made and what is done with a failure:
-//!   the property suites ([`suite`], [`machine`]), the campaign of `kvcheck
-//!   run` ([`scale`]), the [`Explorer`], the fuzz bodies, [`minimize`],
-//!   [`replay`], [`explain`] and [`power`].
-//!   [`oracle`] and [`relation`] say what a step is compared with: the
-//!   model by default, the relations of SPEC.md §9 (the subject against its
+//!   the property suites ([`engine::suite`], [`engine::machine`]), the
+//!   campaign of `kvcheck run` ([`engine::scale`]), the [`Explorer`], the
+//!   fuzz bodies, [`engine::minimize`], [`engine::replay`],
+//!   [`engine::explain`] and [`engine::power`]. [`engine::oracle`] and
+//!   [`engine::relation`] say what a step is compared with: the model by
+//!   default, the relations of the contract's §9 (the subject against its
 //!   own transformed runs, no model), or another subject (differential);
-//!   [`triage`] groups the divergences of a campaign that keeps going.
-//! - [`report`]: the JSON reports of campaigns and their merge.
+//!   [`engine::triage`] groups the divergences of a campaign that keeps
+//!   going.
+//! - [`report`]: the JSON reports of campaigns and their merge, with the
+//!   data they carry.
+//!
+//! Wings depend downwards only: `check` and `subject` name no `engine`
+//! path, and `report` names neither (a test in `tests/harness/layers.rs`
+//! reads the sources and keeps it so).
 //!
 //! ```
 //! use kvcheck::{Config, Lockstep, Op, Write};
@@ -45,17 +56,6 @@ pub use check::lockstep::{Lockstep, SetupError};
 pub use check::trace::Trace;
 pub use engine::explore::Explorer;
 pub use subject::{Capabilities, SubjectSpec};
-
-// The modules by their earlier flat paths (`kvcheck::lockstep`, …), which
-// the binary, the fuzz targets, the benches and users' tests name.
-pub(crate) use check::{atomic, segments, viewcheck};
-pub use check::{coverage, divergence, lockstep, payload, trace};
-#[cfg(feature = "arbitrary")]
-pub use engine::fuzzcase;
-pub use engine::{
-    explain, explore, machine, minimize, oracle, power, relation, replay, scale, strategy, suite,
-    triage,
-};
 
 pub use kvmodel::{
     CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Variant,

@@ -3,7 +3,7 @@
 //! parse policy for all of them. A variable that is set but does not parse
 //! is an error naming the variable and the value, at every entry point (the
 //! `kvcheck` binary checks the whole table before it runs a command; the
-//! property suites read theirs through [`crate::machine::SuiteSettings`]).
+//! property suites read theirs through [`crate::engine::machine::SuiteSettings`]).
 //! Never a silent fallback to the default.
 //!
 //! Command-line options take precedence over the variables where both

@@ -12,8 +12,9 @@ fn ring_of_rows_passes_the_suites() {
         features: vec![Feature::Window],
         ..Capabilities::full()
     };
-    let report = kvcheck::suite::assert_all("ring-of-rows", capabilities, |config, device| {
-        Ok(Box::new(RingOfRows::new(config, device)?))
-    });
+    let report =
+        kvcheck::engine::suite::assert_all("ring-of-rows", capabilities, |config, device| {
+            Ok(Box::new(RingOfRows::new(config, device)?))
+        });
     assert_eq!(report.ran.len(), 7, "{report}");
 }

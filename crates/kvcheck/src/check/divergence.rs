@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use kvmodel::quant::cold_round_trip;
 use kvmodel::{format_ranges, Config, Op, Outcome, Quant, Variant};
 
+use crate::check::payload::{row, Kv, RowId};
 use crate::check::relation::Relation;
-use crate::payload::{row, Kv, RowId};
+use crate::check::trace::{Trace, TraceError, EXTENSION};
 use crate::subject::SubjectFailure;
-use crate::trace::{Trace, TraceError, EXTENSION};
 
 /// What disagreed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -2,7 +2,7 @@
 //! driven through a subject, recorded op by op with no model.
 //!
 //! Every write's K and V come from [`Payload`]: the rows of the op the
-//! payload names (see [`crate::payload`]), so two runs whose corresponding
+//! payload names (see [`crate::check::payload`]), so two runs whose corresponding
 //! writes name the same source carry identical bytes whatever their op
 //! indices. A salt replaces the rows of one batch row or one head with
 //! those of another source, which is how relations M3 and M4 change a part

@@ -11,8 +11,8 @@ use candle_core::{Device, Tensor};
 use kvcache::{Layout, SegmentedView, Segments, Slot, View};
 use kvmodel::Config;
 
-use crate::divergence::DivergenceKind;
-use crate::payload::Kv;
+use crate::check::divergence::DivergenceKind;
+use crate::check::payload::Kv;
 
 /// A segment's claim that view rows `[row, row + len)` of `kv` are slots
 /// `[slot, slot + len)` of the cache's buffers.
@@ -77,7 +77,7 @@ pub(crate) fn materialize(
 
 /// Checks both sides' segment shapes and storage, K then V, without
 /// copying (what [`materialize`] checks before it copies): the aliasing
-/// claims, or what failed. The values are compared in place by [`crate::viewcheck`].
+/// claims, or what failed. The values are compared in place by [`crate::check::viewcheck`].
 pub(crate) fn check_segments(
     view: &SegmentedView<'_>,
     config: &Config,

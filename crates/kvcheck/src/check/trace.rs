@@ -380,7 +380,7 @@ impl Trace {
         };
         // Atomic: suites and workers running in parallel save traces
         // under the same directory.
-        crate::atomic::write(path, self.to_json().as_bytes()).map_err(io)
+        crate::check::atomic::write(path, self.to_json().as_bytes()).map_err(io)
     }
 
     /// The outcomes the reference model gives for every op, or

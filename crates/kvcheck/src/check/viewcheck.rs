@@ -11,7 +11,7 @@
 //! such values, so equal patterns are exactly equal f32 values: the
 //! verdict of comparing `to_dtype(F32)` vectors, without converting. What is compared, the order rows are
 //! visited in and the report are those of the materialized comparison
-//! (`ValueCheck::Materialized` in [`crate::lockstep`]), which is kept as
+//! (`ValueCheck::Materialized` in [`crate::check::lockstep`]), which is kept as
 //! the independent second implementation the tests hold this one to.
 
 use std::borrow::Cow;
@@ -23,8 +23,8 @@ use kvcache::{SegmentedView, Segments};
 use kvmodel::quant::cold_round_trip;
 use kvmodel::{Model, Op, Quant, Variant};
 
-use crate::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
-use crate::payload::{bits_value, dtype_bits, row_bits, Kv, RowId};
+use crate::check::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
+use crate::check::payload::{bits_value, dtype_bits, row_bits, Kv, RowId};
 
 /// What a failed comparison reports: kind, the actual side in words and
 /// the first wrong rows.
@@ -343,7 +343,7 @@ mod tests {
     use kvmodel::{Config, Dtype};
 
     use super::*;
-    use crate::payload::{tensor_values, to_dtype_tensor, write_tensors};
+    use crate::check::payload::{tensor_values, to_dtype_tensor, write_tensors};
 
     /// A model after `write 0+5` on a `[2, 8, 3, 4]` dense config.
     fn model(dtype: Dtype) -> (Model, Vec<Op>) {

@@ -4,15 +4,15 @@
 use std::path::PathBuf;
 
 use kvcache::fault::{CacheFault, FaultBase};
-use kvcheck::lockstep::SetupError;
-use kvcheck::minimize::MinimizeError;
-use kvcheck::relation::{NotChecked, OracleError};
-use kvcheck::scale::report::ReportError;
-use kvcheck::scale::{CampaignError, Shard};
+use kvcheck::check::lockstep::SetupError;
+use kvcheck::check::trace::TraceError;
+use kvcheck::engine::minimize::MinimizeError;
+use kvcheck::engine::relation::{NotChecked, OracleError};
+use kvcheck::engine::scale::{CampaignError, Shard};
+use kvcheck::engine::suite::SaveError;
+use kvcheck::report::ReportError;
 use kvcheck::settings::SettingError;
 use kvcheck::subject::{SubjectFailure, Unsupported};
-use kvcheck::suite::SaveError;
-use kvcheck::trace::TraceError;
 use kvcheck::CacheError;
 
 use super::{EXIT_INPUT, EXIT_MISMATCH};
@@ -20,7 +20,7 @@ use super::{EXIT_INPUT, EXIT_MISMATCH};
 /// Why fuzzer bytes do not decode (`from-fuzz`); nothing can fail to
 /// decode without the fuzz cases of feature `arbitrary`.
 #[cfg(feature = "arbitrary")]
-pub type DecodeError = kvcheck::fuzzcase::DecodeError;
+pub type DecodeError = kvcheck::engine::fuzzcase::DecodeError;
 /// Why fuzzer bytes do not decode (`from-fuzz`); nothing can fail to
 /// decode without the fuzz cases of feature `arbitrary`.
 #[cfg(not(feature = "arbitrary"))]

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use kvcheck::trace::Trace;
+use kvcheck::check::trace::Trace;
 
 use super::CliError;
 

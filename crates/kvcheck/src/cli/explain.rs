@@ -3,9 +3,9 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use kvcheck::explain::html::render_html;
-use kvcheck::explain::{render_text, walk};
-use kvcheck::oracle::Oracle;
+use kvcheck::engine::explain::html::render_html;
+use kvcheck::engine::explain::{render_text, walk};
+use kvcheck::engine::oracle::Oracle;
 
 use super::CliError;
 
@@ -50,7 +50,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
 /// by side and the first step where they part.
 fn side_by_side(
     args: &Args,
-    trace: &kvcheck::trace::Trace,
+    trace: &kvcheck::check::trace::Trace,
     oracle: &Oracle,
 ) -> Result<(), CliError> {
     let subject = args.subject.spec();
@@ -70,7 +70,7 @@ fn side_by_side(
             Ok(())
         }
         Some(finding) => {
-            print!("{}", kvcheck::relation::render(&finding));
+            print!("{}", kvcheck::engine::relation::render(&finding));
             Err(CliError::Diverged)
         }
     }

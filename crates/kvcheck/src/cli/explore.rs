@@ -6,17 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kvcheck::coverage::Coverage;
-use kvcheck::divergence::{describe_config, Divergence};
-use kvcheck::explore::{
+use kvcheck::check::coverage::Coverage;
+use kvcheck::check::divergence::{describe_config, Divergence};
+use kvcheck::check::trace::Trace;
+use kvcheck::engine::explore::{
     all_required_events, default_depth, grid, Alphabet, ExploreReport, Explorer,
 };
-use kvcheck::scale::report::{
-    ConfigReport, DiscoveryReport, ExploreSummary, Report, REPORT_FORMAT,
-};
-use kvcheck::scale::{default_jobs, parse_jobs, Shard};
-use kvcheck::trace::Trace;
-use kvcheck::triage::{findings_table, Triage};
+use kvcheck::engine::scale::{default_jobs, parse_jobs, Shard};
+use kvcheck::engine::triage::{findings_table, Triage};
+use kvcheck::report::{ConfigReport, DiscoveryReport, ExploreSummary, Report, REPORT_FORMAT};
 use kvcheck::{Config, Variant};
 use rayon::prelude::*;
 
@@ -212,7 +210,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         } else {
             configs
                 .first()
-                .map(|(_, c)| kvcheck::explore::required_events(c))
+                .map(|(_, c)| kvcheck::engine::explore::required_events(c))
                 .unwrap_or_default()
         },
         elapsed_s: elapsed.as_secs_f64(),

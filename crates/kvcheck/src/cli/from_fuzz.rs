@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use kvcheck::fuzzcase::Target;
-use kvcheck::minimize::run_subject;
-use kvcheck::triage::{findings_table, Triage};
+use kvcheck::engine::fuzzcase::Target;
+use kvcheck::engine::minimize::run_subject;
+use kvcheck::engine::triage::{findings_table, Triage};
 
 use super::{failures_dir, CliError};
 
@@ -77,7 +77,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     Ok(())
 }
 
-fn read_trace(target: Target, file: &Path) -> Result<kvcheck::trace::Trace, CliError> {
+fn read_trace(target: Target, file: &Path) -> Result<kvcheck::check::trace::Trace, CliError> {
     let bytes = std::fs::read(file).map_err(|source| CliError::Read {
         path: file.to_path_buf(),
         source,

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use kvcheck::scale::report::Report;
+use kvcheck::report::Report;
 
 use super::CliError;
 

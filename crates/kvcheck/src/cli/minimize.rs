@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use kvcheck::minimize::{max_tests_default, minimize_with, Minimized};
+use kvcheck::engine::minimize::{max_tests_default, minimize_with, Minimized};
 
 use super::CliError;
 

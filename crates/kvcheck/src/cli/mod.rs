@@ -131,8 +131,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 /// Loads a trace; the error names the file and the problem.
-pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::trace::Trace, CliError> {
-    Ok(kvcheck::trace::Trace::load(path)?)
+pub fn load_trace(path: &std::path::Path) -> Result<kvcheck::check::trace::Trace, CliError> {
+    Ok(kvcheck::check::trace::Trace::load(path)?)
 }
 
 /// The subject options every engine takes.
@@ -163,7 +163,7 @@ pub struct SubjectArgs {
     /// given [default: the trace's oracle, else model]. See
     /// docs/relations.md.
     #[arg(long, env = "KVCHECK_ORACLE")]
-    oracle: Option<kvcheck::oracle::Oracle>,
+    oracle: Option<kvcheck::engine::oracle::Oracle>,
 }
 
 impl SubjectArgs {
@@ -176,14 +176,16 @@ impl SubjectArgs {
 
     /// The oracle chosen (the model when none is); another subject gets
     /// the timeout and kinds options too.
-    pub fn oracle(&self) -> kvcheck::oracle::Oracle {
+    pub fn oracle(&self) -> kvcheck::engine::oracle::Oracle {
         match &self.oracle {
-            None => kvcheck::oracle::Oracle::Model,
-            Some(kvcheck::oracle::Oracle::Subject(other)) => kvcheck::oracle::Oracle::Subject(
-                other
-                    .clone()
-                    .with_exec_options(self.subject_timeout, self.exact_kinds),
-            ),
+            None => kvcheck::engine::oracle::Oracle::Model,
+            Some(kvcheck::engine::oracle::Oracle::Subject(other)) => {
+                kvcheck::engine::oracle::Oracle::Subject(
+                    other
+                        .clone()
+                        .with_exec_options(self.subject_timeout, self.exact_kinds),
+                )
+            }
             Some(oracle) => oracle.clone(),
         }
     }
@@ -194,12 +196,12 @@ impl SubjectArgs {
     /// the engines do not pick it up again.
     pub fn oracle_for(
         &self,
-        trace: &mut kvcheck::trace::Trace,
-    ) -> Result<kvcheck::oracle::Oracle, kvcheck::relation::OracleError> {
+        trace: &mut kvcheck::check::trace::Trace,
+    ) -> Result<kvcheck::engine::oracle::Oracle, kvcheck::engine::relation::OracleError> {
         let oracle = match &self.oracle {
             Some(_) => self.oracle(),
-            None => kvcheck::oracle::Oracle::for_trace(
-                &kvcheck::oracle::Oracle::Model,
+            None => kvcheck::engine::oracle::Oracle::for_trace(
+                &kvcheck::engine::oracle::Oracle::Model,
                 trace.oracle.as_ref(),
             )?,
         };
@@ -215,9 +217,9 @@ impl SubjectArgs {
 /// file.
 pub fn trace_oracle(
     args: &SubjectArgs,
-    trace: &mut kvcheck::trace::Trace,
+    trace: &mut kvcheck::check::trace::Trace,
     file: &std::path::Path,
-) -> Result<kvcheck::oracle::Oracle, CliError> {
+) -> Result<kvcheck::engine::oracle::Oracle, CliError> {
     let oracle = args
         .oracle_for(trace)
         .map_err(|source| CliError::TraceOracle {
@@ -229,7 +231,7 @@ pub fn trace_oracle(
 }
 
 /// One line on stderr naming the oracle when it is not the model.
-pub fn announce_oracle(oracle: &kvcheck::oracle::Oracle) {
+pub fn announce_oracle(oracle: &kvcheck::engine::oracle::Oracle) {
     if !oracle.is_model() {
         eprintln!("oracle {oracle} (no model: {})", oracle.describe());
     }

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcache::fault::{CacheFault, FaultBase};
-use kvcheck::machine::SuiteSettings;
-use kvcheck::power::{self, Engine, Target, EXPLORE_DEPTH};
-use kvcheck::scale::report::{PowerReport, PowerRow, Report, REPORT_FORMAT};
-use kvcheck::scale::{default_jobs, parse_jobs, Shard};
+use kvcheck::engine::machine::SuiteSettings;
+use kvcheck::engine::power::{self, Engine, Target, EXPLORE_DEPTH};
+use kvcheck::engine::scale::{default_jobs, parse_jobs, Shard};
+use kvcheck::report::{PowerReport, PowerRow, Report, REPORT_FORMAT};
 use kvcheck::subject::SubjectSpec;
 
 use super::power_table::{print_table, verdict};
@@ -68,7 +68,7 @@ pub struct Args {
     /// by the relations of SPEC.md §9 alone, one column per relation (see
     /// docs/relations.md).
     #[arg(long, default_value = "model")]
-    oracle: kvcheck::oracle::Oracle,
+    oracle: kvcheck::engine::oracle::Oracle,
     /// With `--oracle self`: most cases drawn per fault and relation.
     #[arg(long, default_value_t = 400)]
     cases: u64,
@@ -76,10 +76,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     match (&args.oracle, plan(&args)) {
-        (kvcheck::oracle::Oracle::Relations(only), Ok((_, targets))) => {
+        (kvcheck::engine::oracle::Oracle::Relations(only), Ok((_, targets))) => {
             relations::measure(&args, *only, &targets)
         }
-        (kvcheck::oracle::Oracle::Subject(_), _) => Err(CliError::PowerOracle),
+        (kvcheck::engine::oracle::Oracle::Subject(_), _) => Err(CliError::PowerOracle),
         (_, plan) => {
             let (engines, targets) = plan?;
             measure(&args, &engines, &targets)
@@ -186,7 +186,7 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> Result<(), Cl
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
     };
     let cells: Vec<(usize, Engine)> = rows
         .iter()

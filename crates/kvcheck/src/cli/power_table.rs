@@ -1,8 +1,8 @@
 //! The power table: what `kvcheck power` prints and what `kvcheck merge`
 //! prints for the shards of one.
 
-use kvcheck::power::{Catch, Engine};
-use kvcheck::scale::report::PowerReport;
+use kvcheck::engine::power::{Catch, Engine};
+use kvcheck::report::PowerReport;
 
 use super::CliError;
 

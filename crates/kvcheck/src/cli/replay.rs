@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use kvcheck::replay::{replay_with, ReplayReport};
-use kvcheck::trace::{collect_trace_files, Trace};
+use kvcheck::check::trace::{collect_trace_files, Trace};
+use kvcheck::engine::replay::{replay_with, ReplayReport};
 use serde_json::json;
 
 use super::{failures_dir, CliError};

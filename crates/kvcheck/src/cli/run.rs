@@ -4,16 +4,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvcheck::coverage::{Coverage, EVENTS};
-use kvcheck::minimize::{max_tests_default, minimize};
-use kvcheck::relation::{Judged, Relation};
-use kvcheck::scale::report::{
+use kvcheck::check::coverage::{Coverage, EVENTS};
+use kvcheck::engine::minimize::{max_tests_default, minimize};
+use kvcheck::engine::relation::{Judged, Relation};
+use kvcheck::engine::scale::{default_jobs, parse_jobs, Campaign, Found, Shard};
+use kvcheck::engine::strategy::{profile_support, required_events, PROFILES};
+use kvcheck::engine::triage::findings_table;
+use kvcheck::report::{
     merge_judged, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
 };
-use kvcheck::scale::{default_jobs, parse_jobs, Campaign, Found, Shard};
-use kvcheck::strategy::{profile_support, required_events, PROFILES};
 use kvcheck::subject::SubjectSpec;
-use kvcheck::triage::findings_table;
 use kvcheck::Variant;
 
 use super::{failures_dir, CliError, UnknownVariant};

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use kvcheck::trace::EXTENSION;
+use kvcheck::check::trace::EXTENSION;
 
 use super::minimize::print_summary;
 use super::CliError;
@@ -42,7 +42,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     super::announce(&subject);
     let path = args.dir.join(format!("{}{EXTENSION}", args.name));
     let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
-    let saved = kvcheck::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path)
+    let saved = kvcheck::engine::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path)
         .map_err(|source| CliError::Save {
             file: args.file.clone(),
             source,

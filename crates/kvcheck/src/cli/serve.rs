@@ -10,8 +10,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use candle_core::Device;
 use kvcache::KvCache;
+use kvcheck::check::trace::Trace;
 use kvcheck::subject::{tensor_bytes, tensor_from_bytes, Capabilities, SubjectSpec, PROTOCOL};
-use kvcheck::trace::Trace;
 use kvcheck::{Op, Write};
 use serde_json::{json, Value};
 

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use kvcheck::minimize::max_tests_default;
+use kvcheck::engine::minimize::max_tests_default;
+use kvcheck::engine::triage::{self, FindingReport, Triage};
 use kvcheck::subject::SubjectSpec;
-use kvcheck::triage::{self, FindingReport, Triage};
 
 /// The triage options every engine takes.
 #[derive(clap::Args, Debug, Clone)]

@@ -23,10 +23,10 @@ use candle_core::Device;
 use kvcache::{RingLayout, Slot};
 use kvmodel::{format_ranges, Op, Outcome};
 
-use crate::divergence::{describe_config, describe_outcome, Divergence};
-use crate::lockstep::{Lockstep, SetupError};
+use crate::check::divergence::{describe_config, describe_outcome, Divergence};
+use crate::check::lockstep::{Lockstep, SetupError};
+use crate::check::trace::Trace;
 use crate::subject::SubjectSpec;
-use crate::trace::Trace;
 
 /// The state of one position after a step, from the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

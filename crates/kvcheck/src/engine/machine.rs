@@ -1,7 +1,7 @@
 //! The proptest state machines: the model as `ReferenceStateMachine`, the
 //! cache (through the lockstep driver) as `StateMachineTest`.
 //!
-//! Each profile of [`crate::strategy::PROFILES`] gets a marker type
+//! Each profile of [`crate::engine::strategy::PROFILES`] gets a marker type
 //! ([`Family`]) because proptest-state-machine draws initial states from a
 //! static function. [`check_family`] runs one suite with the knobs below and
 //! fails when a divergence is found (after shrinking, with the shrunk
@@ -35,15 +35,15 @@ use proptest::test_runner::{
 };
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
-use crate::coverage::Coverage;
-use crate::divergence::Divergence;
-use crate::lockstep::{Lockstep, SetupError};
-use crate::oracle::Oracle;
-use crate::relation::{NotChecked, OracleEnvError};
-use crate::settings::SettingError;
-use crate::strategy::{
+use crate::check::coverage::Coverage;
+use crate::check::divergence::Divergence;
+use crate::check::lockstep::{Lockstep, SetupError};
+use crate::engine::oracle::Oracle;
+use crate::engine::relation::{NotChecked, OracleEnvError};
+use crate::engine::strategy::{
     ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
+use crate::settings::SettingError;
 use crate::subject::{Capabilities, SubjectEnvError, SubjectFailure, SubjectSpec, Unsupported};
 use kvmodel::{Config, Op};
 
@@ -333,7 +333,7 @@ thread_local! {
 /// Suites run in parallel (threads of one test binary, several binaries at
 /// once), so the name holds the subject the calling thread checks (none for
 /// the shipped caches: `tiny.kvtrace.json`), and every save is atomic
-/// ([`Trace::save`](crate::trace::Trace::save)): two suites never write
+/// ([`Trace::save`](crate::check::trace::Trace::save)): two suites never write
 /// into one file, and a reader never sees half a trace.
 pub fn failure_path(profile: &Profile) -> PathBuf {
     let (subject, _) = current_subject();
@@ -457,7 +457,7 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Sui
     }
     if !settings.oracle.is_model() {
         let required = required_events(F::PROFILE, &capabilities);
-        return crate::oracle::check_cases(
+        return crate::engine::oracle::check_cases(
             F::PROFILE,
             CASE_DRAWS[profile_index(F::PROFILE)],
             settings,
@@ -508,7 +508,7 @@ fn run_family<F: Family>(
                     trace.display()
                 ),
                 SubjectSpec::Factory(_) => format!(
-                    "kvcheck::replay::replay(&Trace::load({:?})?, None, Some(factory.into()), None)",
+                    "kvcheck::engine::replay::replay(&Trace::load({:?})?, None, Some(factory.into()), None)",
                     trace.display()
                 ),
                 other => format!(
@@ -559,7 +559,7 @@ pub struct CaseOutcome {
     /// The divergence, if the cache disagreed with the model.
     pub divergence: Option<Box<Divergence>>,
     /// What each relation judged (nothing against the model).
-    pub judged: crate::relation::Judged,
+    pub judged: crate::engine::relation::Judged,
 }
 
 /// Draws one op sequence of family `F` from `runner` and checks it on the

@@ -3,13 +3,13 @@
 //!
 //! Every engine asks one question of a trace, [`Oracle::check`]: does the
 //! subject diverge, and where? With [`Oracle::Model`] that is the lockstep
-//! driver ([`crate::lockstep::Lockstep`]); with [`Oracle::Relations`] the
-//! relations of [`crate::relation`], which need no model and so check
+//! driver ([`crate::check::lockstep::Lockstep`]); with [`Oracle::Relations`] the
+//! relations of [`crate::engine::relation`], which need no model and so check
 //! caches whose contract is not SPEC.md's; with [`Oracle::Subject`] the
-//! same steps on another implementation ([`crate::relation::differential`]).
+//! same steps on another implementation ([`crate::engine::relation::differential`]).
 //! The command line takes `--oracle model|self|self:M9|SUBJECT`
 //! (`KVCHECK_ORACLE`), and a trace saved from a relation or differential
-//! failure names its oracle ([`crate::trace::OracleTag`]), so replaying it
+//! failure names its oracle ([`crate::check::trace::OracleTag`]), so replaying it
 //! checks the same thing again.
 
 use std::fmt;
@@ -18,17 +18,21 @@ use candle_core::Device;
 use kvmodel::{Config, Model, Op};
 use proptest::test_runner::TestRunner;
 
-use crate::coverage::{Before, Coverage};
-use crate::divergence::Divergence;
-use crate::lockstep::{Lockstep, SetupError};
+use crate::check::coverage::{Before, Coverage};
+use crate::check::divergence::Divergence;
+use crate::check::lockstep::{Lockstep, SetupError};
 use std::path::PathBuf;
 
-use crate::machine::{CaseDraw, CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
-use crate::minimize::{max_tests_default, minimize_with};
-use crate::relation::{self, domain, instances_from_env, Finding, NotChecked, Relation, Work};
-use crate::strategy::Profile;
+use crate::check::trace::{OracleKind, OracleTag};
+use crate::engine::machine::{
+    CaseDraw, CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS,
+};
+use crate::engine::minimize::{max_tests_default, minimize_with};
+use crate::engine::relation::{
+    self, domain, instances_from_env, Finding, NotChecked, Relation, Work,
+};
+use crate::engine::strategy::Profile;
 use crate::subject::SubjectSpec;
-use crate::trace::{OracleKind, OracleTag};
 
 /// What a subject is checked against (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -166,7 +170,7 @@ impl Oracle {
 
     /// For an oracle other than the model: the failure of `ops` with both
     /// runs, for a side-by-side explanation (`None` when it passes). The
-    /// model's walk is [`crate::explain::walk`].
+    /// model's walk is [`crate::engine::explain::walk`].
     pub fn find(
         &self,
         config: &Config,
@@ -282,7 +286,7 @@ pub fn check_cases(
     draw: CaseDraw,
     settings: &SuiteSettings,
     required: &[&str],
-) -> Result<Coverage, crate::machine::SuiteError> {
+) -> Result<Coverage, crate::engine::machine::SuiteError> {
     let subject = &settings.subject;
     let mut runner = TestRunner::new(settings.proptest_config(profile));
     let mut coverage = Coverage::default();
@@ -291,7 +295,7 @@ pub fn check_cases(
         let found = settings
             .oracle
             .check(&config, &ops, subject)
-            .map_err(|source| crate::machine::SuiteError::NotChecked {
+            .map_err(|source| crate::engine::machine::SuiteError::NotChecked {
                 profile: profile.name,
                 source,
             })?;
@@ -311,7 +315,7 @@ pub fn check_cases(
             PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
                 .join("kvcheck-failures");
         let saved = small.save_in(&dir).map(|path| path.display().to_string());
-        return Err(crate::machine::SuiteError::OracleDiverged {
+        return Err(crate::engine::machine::SuiteError::OracleDiverged {
             profile: profile.name,
             case,
             cases: settings.cases,
@@ -323,7 +327,7 @@ pub fn check_cases(
     }
     let missing = coverage.missing(required);
     if !missing.is_empty() {
-        return Err(crate::machine::SuiteError::EventsMissed {
+        return Err(crate::engine::machine::SuiteError::EventsMissed {
             profile: profile.name,
             cases: settings.cases,
             missing: missing.iter().map(|e| e.to_string()).collect(),

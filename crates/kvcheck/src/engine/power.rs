@@ -26,11 +26,11 @@ use kvcache::fault::{CacheFault, FaultBase};
 use kvmodel::{Config, Dtype, PackedPolicy, Quant};
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
-use crate::divergence::Divergence;
-use crate::explore::Explorer;
-use crate::machine::{SuiteSettings, CASE_RUNNERS};
-use crate::minimize::minimize;
-use crate::strategy::{profile_support, PROFILES};
+use crate::check::divergence::Divergence;
+use crate::engine::explore::Explorer;
+use crate::engine::machine::{SuiteSettings, CASE_RUNNERS};
+use crate::engine::minimize::minimize;
+use crate::engine::strategy::{profile_support, PROFILES};
 use crate::subject::{Capabilities, SubjectSpec};
 
 /// The deepest exploration the `explore` engine tries.
@@ -250,7 +250,7 @@ pub fn suites(target: Target, settings: &SuiteSettings) -> Catch {
         Err(e) => return Catch::escaped(0, started, e.to_string()),
     };
     let mut ran = 0;
-    for (profile, suite) in PROFILES.iter().zip(crate::machine::SUITES) {
+    for (profile, suite) in PROFILES.iter().zip(crate::engine::machine::SUITES) {
         if profile_support(profile, &capabilities).is_err() {
             continue;
         }

@@ -7,12 +7,12 @@ use candle_core::Device;
 use kvmodel::{Model, Op, Outcome};
 use serde::Serialize;
 
-use crate::divergence::{describe_outcome, Divergence};
-use crate::lockstep::{Lockstep, SetupError};
-use crate::oracle::Oracle;
-use crate::relation::NotChecked;
+use crate::check::divergence::{describe_outcome, Divergence};
+use crate::check::lockstep::{Lockstep, SetupError};
+use crate::check::trace::Trace;
+use crate::engine::oracle::Oracle;
+use crate::engine::relation::NotChecked;
 use crate::subject::SubjectSpec;
-use crate::trace::Trace;
 
 /// The first step whose model outcome differs from the trace's `expect`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -8,13 +8,13 @@
 //!   profile the capabilities allow (knobs `KVCHECK_CASES`,
 //!   `KVCHECK_MAX_OPS`, `KVCHECK_SEED`, as for the shipped caches);
 //! - [`explore`]: exhaustive exploration of one configuration;
-//! - [`minimize`](crate::minimize), [`explain`](crate::explain::walk)
+//! - [`minimize`](crate::engine::minimize), [`explain`](crate::engine::explain::walk)
 //!   and [`save`] with `SubjectSpec::from(factory)`.
 //!
 //! ```no_run
 //! use kvcheck::subject::{Capabilities, ReferenceCache};
 //!
-//! kvcheck::suite::assert_all("naive", Capabilities::full(), |config, device| {
+//! kvcheck::engine::suite::assert_all("naive", Capabilities::full(), |config, device| {
 //!     Ok(Box::new(ReferenceCache::new(config, device)?))
 //! });
 //! ```
@@ -28,15 +28,15 @@ use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::Config;
 
-use crate::coverage::Coverage;
-use crate::explore::Explorer;
-use crate::machine::{SettingsError, SuiteError, SuiteSettings, SUITES};
-use crate::minimize::{max_tests_default, minimize_with, MinimizeError, Minimized};
-use crate::oracle::Oracle;
-use crate::relation::OracleError;
-use crate::strategy::{profile_support, PROFILES};
+use crate::check::coverage::Coverage;
+use crate::check::trace::{Trace, TraceError};
+use crate::engine::explore::Explorer;
+use crate::engine::machine::{SettingsError, SuiteError, SuiteSettings, SUITES};
+use crate::engine::minimize::{max_tests_default, minimize_with, MinimizeError, Minimized};
+use crate::engine::oracle::Oracle;
+use crate::engine::relation::OracleError;
+use crate::engine::strategy::{profile_support, PROFILES};
 use crate::subject::{Capabilities, Factory, SubjectFailure, SubjectSpec};
-use crate::trace::{Trace, TraceError};
 
 impl From<Factory> for SubjectSpec {
     fn from(factory: Factory) -> SubjectSpec {

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::coverage::Coverage;
+use crate::check::coverage::Coverage;
 use findings::FindingReport;
 use shard::Shard;
 
@@ -374,7 +374,7 @@ impl Report {
     /// the same directory, then a rename), so a reader never sees half.
     pub fn save(&self, path: &Path) -> Result<(), ReportError> {
         let text = serde_json::to_string_pretty(self).expect("reports serialize");
-        crate::atomic::write(path, text.as_bytes()).map_err(|source| ReportError::Io {
+        crate::check::atomic::write(path, text.as_bytes()).map_err(|source| ReportError::Io {
             path: path.display().to_string(),
             source,
         })

@@ -208,7 +208,7 @@ impl Capabilities {
         ops.iter().try_for_each(|op| self.supports_op(op))
     }
 
-    /// Whether a labelled coverage event (see [`crate::coverage::EVENTS`])
+    /// Whether a labelled coverage event (see [`crate::check::coverage::EVENTS`])
     /// can happen on this subject: events that need a missing op or feature
     /// cannot, so suites do not require them.
     pub fn allows_event(&self, event: &str) -> bool {

@@ -1,5 +1,5 @@
 //! Bring your own cache: a [`Factory`] makes any crate's [`KvCache`] a
-//! subject, so every engine (the property suites of [`crate::suite`],
+//! subject, so every engine (the property suites of [`crate::engine::suite`],
 //! explore, minimize, explain, save) checks it like the shipped caches.
 //!
 //! ```

@@ -24,7 +24,7 @@
 //! for its [`Capabilities`] first, and drives it with the one lockstep
 //! driver.
 //!
-//! [`Lockstep::open`]: crate::lockstep::Lockstep::open
+//! [`Lockstep::open`]: crate::check::lockstep::Lockstep::open
 
 mod capabilities;
 mod exec;

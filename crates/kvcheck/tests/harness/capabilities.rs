@@ -5,15 +5,15 @@
 use std::sync::Arc;
 
 use candle_core::Device;
-use kvcheck::divergence::DivergenceKind;
-use kvcheck::explore::Alphabet;
-use kvcheck::fuzzcase::FuzzCase;
-use kvcheck::lockstep::{Lockstep, SetupError};
-use kvcheck::machine::CASE_RUNNERS;
-use kvcheck::minimize::minimize;
-use kvcheck::strategy::{ops, profile_configs, profile_support, RefState, PROFILES};
+use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::check::lockstep::{Lockstep, SetupError};
+use kvcheck::check::trace::Trace;
+use kvcheck::engine::explore::Alphabet;
+use kvcheck::engine::fuzzcase::FuzzCase;
+use kvcheck::engine::machine::CASE_RUNNERS;
+use kvcheck::engine::minimize::minimize;
+use kvcheck::engine::strategy::{ops, profile_configs, profile_support, RefState, PROFILES};
 use kvcheck::subject::{Capabilities, Factory, Fault, OpKind, ReferenceCache, SubjectSpec};
-use kvcheck::trace::Trace;
 use kvcheck::{Config, Dtype, Model, Op, Variant, Write};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;

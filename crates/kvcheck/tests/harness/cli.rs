@@ -282,7 +282,7 @@ fn every_engine_takes_an_exec_subject_with_its_options() {
         &faulty,
     ]);
     assert_eq!(code, 0, "{stdout}");
-    let stored = kvcheck::trace::Trace::load(&corpus.join("stale.kvtrace.json")).unwrap();
+    let stored = kvcheck::check::trace::Trace::load(&corpus.join("stale.kvtrace.json")).unwrap();
     assert_eq!(stored.ops.len(), 2, "minimized before saving: {stdout}");
     // A grid keeps only the configs the subject can express.
     let narrow = python_subject("tests/subjects/misbehaving_subject.py").unwrap();

@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kvcheck::divergence::{Divergence, DivergenceKind};
-use kvcheck::lockstep::Lockstep;
+use kvcheck::check::divergence::{Divergence, DivergenceKind};
+use kvcheck::check::lockstep::Lockstep;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
 use kvcheck::{Config, Op, Write};
 

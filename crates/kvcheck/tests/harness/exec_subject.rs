@@ -12,16 +12,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvcheck::divergence::DivergenceKind;
-use kvcheck::explore::Explorer;
-use kvcheck::lockstep::{Lockstep, SetupError};
-use kvcheck::machine::SuiteSettings;
-use kvcheck::machine::CASE_RUNNERS;
-use kvcheck::minimize::{minimize, Signature};
-use kvcheck::replay::replay;
-use kvcheck::strategy::PROFILES;
+use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::check::lockstep::{Lockstep, SetupError};
+use kvcheck::check::trace::{collect_trace_files, Trace};
+use kvcheck::engine::explore::Explorer;
+use kvcheck::engine::machine::SuiteSettings;
+use kvcheck::engine::machine::CASE_RUNNERS;
+use kvcheck::engine::minimize::{minimize, Signature};
+use kvcheck::engine::replay::replay;
+use kvcheck::engine::strategy::PROFILES;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
-use kvcheck::trace::{collect_trace_files, Trace};
 use kvcheck::{Config, Op, Write};
 
 use crate::cli_support::python_missing;
@@ -60,7 +60,7 @@ fn settings(cases: u32) -> SuiteSettings {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
     }
 }
 
@@ -94,7 +94,7 @@ fn the_correct_subject_passes_every_suite_in_one_process() {
         return;
     }
     let (subject, process) = exec("", Duration::from_secs(10));
-    let report = kvcheck::suite::check_subject(&subject, &settings(48)).unwrap();
+    let report = kvcheck::engine::suite::check_subject(&subject, &settings(48)).unwrap();
     assert_eq!(report.ran.len(), 9, "{report}");
     assert_eq!(process.spawned(), 1, "cases reuse the process");
 }
@@ -105,7 +105,7 @@ fn a_planted_fault_is_caught_by_the_suites_and_the_explorer_and_minimized() {
         return;
     }
     let (subject, _) = exec("--fault stale-rewrite", Duration::from_secs(10));
-    let message = kvcheck::suite::check_subject(&subject, &settings(64))
+    let message = kvcheck::engine::suite::check_subject(&subject, &settings(64))
         .unwrap_err()
         .to_string();
     assert!(message.contains("values divergence"), "{message}");
@@ -162,7 +162,10 @@ fn lenient_to_exact(options: &str) -> SubjectSpec {
 
 /// Runs three appends on a subject that misbehaves at its op request
 /// `at`, then a clean case; returns the divergence and the process count.
-fn misbehave(kind: &str, at: usize) -> (Box<kvcheck::divergence::Divergence>, Duration, usize) {
+fn misbehave(
+    kind: &str,
+    at: usize,
+) -> (Box<kvcheck::check::divergence::Divergence>, Duration, usize) {
     let (subject, process) = exec(
         &format!("--misbehave {kind} --at {at}"),
         Duration::from_secs(3),
@@ -274,7 +277,7 @@ fn a_positions_only_subject_is_compared_on_positions_only() {
     );
     assert!(replay(&trace, None, Some(subject.clone()), None).passed());
     // …while outcomes and positions are still checked.
-    let report = kvcheck::suite::check_subject(&subject, &settings(32)).unwrap();
+    let report = kvcheck::engine::suite::check_subject(&subject, &settings(32)).unwrap();
     assert_eq!(report.ran.len(), 9, "{report}");
 }
 
@@ -297,7 +300,7 @@ fn a_subject_without_ops_and_features_gets_only_what_it_supports() {
     assert!(report.divergence.is_none());
     // The suites run the profiles it allows, generating only writes (a
     // generated evict would reach the subject and diverge as unsupported).
-    let report = kvcheck::suite::check_subject(&subject, &settings(32)).unwrap();
+    let report = kvcheck::engine::suite::check_subject(&subject, &settings(32)).unwrap();
     let skipped: Vec<&str> = report.skipped.iter().map(|(name, _)| *name).collect();
     assert_eq!(skipped, ["window", "growth", "packed"], "{report}");
     // The explorer's alphabet, too.

@@ -1,10 +1,10 @@
 //! The explainer walks a trace and stops at the first divergence with the
 //! wrong rows decoded.
 
-use kvcheck::explain::html::render_html;
-use kvcheck::explain::{explain, walk};
+use kvcheck::check::trace::Trace;
+use kvcheck::engine::explain::html::render_html;
+use kvcheck::engine::explain::{explain, walk};
 use kvcheck::subject::{Fault, SubjectSpec};
-use kvcheck::trace::Trace;
 use kvcheck::{Config, Op, Write};
 
 fn stale_rewrite_trace() -> Trace {

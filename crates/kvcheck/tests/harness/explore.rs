@@ -4,8 +4,10 @@
 
 use std::time::Instant;
 
-use kvcheck::coverage::Coverage;
-use kvcheck::explore::{all_required_events, assert_finds, grid, missing, Alphabet, Explorer};
+use kvcheck::check::coverage::Coverage;
+use kvcheck::engine::explore::{
+    all_required_events, assert_finds, grid, missing, Alphabet, Explorer,
+};
 use kvcheck::subject::{Fault, SubjectSpec};
 use kvcheck::{Config, Op, Write};
 

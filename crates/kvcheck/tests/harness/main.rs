@@ -10,6 +10,7 @@ mod exec_reports;
 mod exec_subject;
 mod explain;
 mod explore;
+mod layers;
 mod minimize;
 mod power_scale;
 mod relations;

@@ -1,9 +1,9 @@
 //! The minimizer keeps the failure, shrinks, and returns 1-minimal traces,
 //! proved on constructed failing subjects (`Fault`s of the naive cache).
 
-use kvcheck::minimize::{minimize, run_subject, MinimizeError, Signature};
+use kvcheck::check::trace::Trace;
+use kvcheck::engine::minimize::{minimize, run_subject, MinimizeError, Signature};
 use kvcheck::subject::{Fault, SubjectSpec};
-use kvcheck::trace::Trace;
 use kvcheck::{Config, Dtype, Op, Write};
 
 /// A proptest-style long trace: 40 pseudo-random ops of a streaming

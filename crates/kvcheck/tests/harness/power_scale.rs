@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kvcheck::scale::report::{PowerReport, Report};
+use kvcheck::report::{PowerReport, Report};
 
 use crate::cli_support::{kvcheck, path, scratch};
 

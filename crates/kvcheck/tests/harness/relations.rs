@@ -1,9 +1,9 @@
 //! The relations of SPEC.md §9 on the reference model and the shipped
 //! caches, and the relation failures of the zoo.
 
-use kvcheck::machine::CASE_DRAWS;
-use kvcheck::relation::{check, domain, Relation, Work};
-use kvcheck::strategy::PROFILES;
+use kvcheck::engine::machine::CASE_DRAWS;
+use kvcheck::engine::relation::{check, domain, Relation, Work};
+use kvcheck::engine::strategy::PROFILES;
 use kvcheck::subject::SubjectSpec;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
@@ -138,8 +138,12 @@ const BREAKS: [(Relation, &str); 10] = [
 ];
 
 /// Asserts that `row` is a catch by `relation`, minimized and replayed.
-fn assert_caught(row: &kvcheck::relation::power::SelfCatch, relation: Relation, what: &str) {
-    use kvcheck::divergence::DivergenceKind;
+fn assert_caught(
+    row: &kvcheck::engine::relation::power::SelfCatch,
+    relation: Relation,
+    what: &str,
+) {
+    use kvcheck::check::divergence::DivergenceKind;
     assert_eq!(
         row.caught,
         Some(DivergenceKind::Relation(relation)),
@@ -164,8 +168,8 @@ fn assert_caught(row: &kvcheck::relation::power::SelfCatch, relation: Relation, 
 #[test]
 fn every_relation_catches_a_fault_of_the_zoo() {
     use kvcache::fault::{CacheFault, FaultBase};
-    use kvcheck::power::Target;
-    use kvcheck::relation::power::catch;
+    use kvcheck::engine::power::Target;
+    use kvcheck::engine::relation::power::catch;
     use std::time::Duration;
     assert_eq!(BREAKS.len(), Relation::ALL.len());
     for (relation, fault) in BREAKS {
@@ -217,7 +221,7 @@ fn a_relation_failure_is_saved_replayed_and_explained() {
         .to_str()
         .unwrap()
         .to_string();
-    let trace = kvcheck::trace::Trace::load(std::path::Path::new(&smallest)).unwrap();
+    let trace = kvcheck::check::trace::Trace::load(std::path::Path::new(&smallest)).unwrap();
     let tag = trace.oracle.clone().expect("the oracle is saved");
     assert_eq!(tag.relation, Some(Relation::RefusalPure));
     assert!(trace.expect.is_none());
@@ -240,7 +244,7 @@ fn a_relation_failure_is_saved_replayed_and_explained() {
 fn an_oracle_field_of_a_newer_version_is_refused() {
     let text = r#"{"format": "kvtrace/1", "oracle": {"version": 2, "kind": "self"},
         "config": {"variant": "dense", "capacity": 4}, "ops": [{"write": {"start": 0, "len": 1}}]}"#;
-    let err = kvcheck::trace::Trace::from_json(text)
+    let err = kvcheck::check::trace::Trace::from_json(text)
         .unwrap_err()
         .to_string();
     assert!(
@@ -248,7 +252,7 @@ fn an_oracle_field_of_a_newer_version_is_refused() {
         "{err}"
     );
     let unknown = text.replace(r#""kind": "self""#, r#""kind": "self", "relation": "M99""#);
-    let err = kvcheck::trace::Trace::from_json(&unknown)
+    let err = kvcheck::check::trace::Trace::from_json(&unknown)
         .unwrap_err()
         .to_string();
     assert!(err.contains("M99"), "{err}");
@@ -259,8 +263,8 @@ fn an_oracle_field_of_a_newer_version_is_refused() {
 /// cache is a `differential` divergence that names both subjects.
 #[test]
 fn differential_checking_tells_a_fault_from_another_correct_cache() {
-    use kvcheck::divergence::DivergenceKind;
-    use kvcheck::oracle::Oracle;
+    use kvcheck::check::divergence::DivergenceKind;
+    use kvcheck::engine::oracle::Oracle;
     let mut runner = TestRunner::new(ProptestConfig {
         rng_seed: RngSeed::Fixed(4),
         failure_persistence: None,
@@ -294,7 +298,7 @@ fn differential_checking_tells_a_fault_from_another_correct_cache() {
 /// replayed.
 #[test]
 fn every_relation_catches_a_fault_through_an_exec_subject() {
-    use kvcheck::relation::power::catch_on;
+    use kvcheck::engine::relation::power::catch_on;
     use std::time::Duration;
     // An exec: subject reports no capacity, so M1 leaves growth out there
     // and its one fault of the zoo cannot show (docs/relations.md).
@@ -330,7 +334,7 @@ const PYTHON_BREAKS: [(Relation, &str); 5] = [
 /// minimized trace replays from its file form.
 #[test]
 fn each_relation_catches_its_fault_of_a_python_subject() {
-    use kvcheck::relation::power::catch_on;
+    use kvcheck::engine::relation::power::catch_on;
     use std::time::Duration;
     if crate::cli_support::python_missing() {
         return;

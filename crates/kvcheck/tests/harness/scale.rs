@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use kvcheck::explore::Explorer;
-use kvcheck::scale::report::Report;
-use kvcheck::scale::{Campaign, Shard};
-use kvcheck::strategy::PROFILES;
+use kvcheck::engine::explore::Explorer;
+use kvcheck::engine::scale::{Campaign, Shard};
+use kvcheck::engine::strategy::PROFILES;
+use kvcheck::report::Report;
 use kvcheck::subject::{Fault, SubjectSpec};
 use kvcheck::Config;
 
@@ -248,7 +248,7 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
         jobs,
         shard: Shard::ALL,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
     };
     let one = campaign(1).run(None).unwrap();
     let three = campaign(3).run(None).unwrap();
@@ -258,7 +258,7 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
     // The first divergence is the lowest case index, whoever found it.
     let faulty = |jobs| Campaign {
         subject: SubjectSpec::Fault(Fault::StaleRewrite),
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
         cases: Some(40),
         ..campaign(jobs)
     };
@@ -281,8 +281,8 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
 /// own failure.
 #[test]
 fn parallel_failing_suites_keep_their_own_traces() {
-    use kvcheck::machine::{check_family, SuiteSettings, Tiny};
-    use kvcheck::trace::Trace;
+    use kvcheck::check::trace::Trace;
+    use kvcheck::engine::machine::{check_family, SuiteSettings, Tiny};
     let faults = [Fault::StaleRewrite, Fault::RefuseOverlap];
     let messages: Vec<String> = std::thread::scope(|s| {
         let runs: Vec<_> = faults
@@ -294,7 +294,7 @@ fn parallel_failing_suites_keep_their_own_traces() {
                         max_ops: 24,
                         seed: Some(5),
                         subject: SubjectSpec::Fault(fault),
-                        oracle: kvcheck::oracle::Oracle::Model,
+                        oracle: kvcheck::engine::oracle::Oracle::Model,
                     };
                     check_family::<Tiny>(&settings)
                         .expect_err("the fault is found")
@@ -317,7 +317,7 @@ fn parallel_failing_suites_keep_their_own_traces() {
     for (fault, trace) in faults.iter().zip(&traces) {
         assert!(trace.contains(fault.name()), "{trace}");
         let loaded = Trace::load(Path::new(trace)).expect("a whole trace");
-        let divergence = kvcheck::minimize::run_subject(
+        let divergence = kvcheck::engine::minimize::run_subject(
             &loaded.config,
             &loaded.ops,
             &SubjectSpec::Fault(*fault),

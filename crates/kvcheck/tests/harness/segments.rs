@@ -4,8 +4,8 @@
 
 use candle_core::{Device, Tensor};
 use kvcache::{KvCache, Layout, RingCache, RingLayout, SegmentedView, View};
-use kvcheck::divergence::DivergenceKind;
-use kvcheck::lockstep::Lockstep;
+use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::check::lockstep::Lockstep;
 use kvcheck::{Config, Op, Write};
 
 /// How the wrapped ring misreports its segments.

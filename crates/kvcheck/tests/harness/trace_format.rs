@@ -2,8 +2,8 @@
 //! name the problem; valid ones round-trip; `expect` output is exactly
 //! TRACE.md's outcome format.
 
+use kvcheck::check::trace::{Trace, TraceError};
 use kvcheck::subject::SubjectSpec;
-use kvcheck::trace::{Trace, TraceError};
 
 fn err(text: &str) -> String {
     Trace::from_json(text)
@@ -190,7 +190,7 @@ fn an_invalid_config_through_the_api_is_an_error_not_a_panic() {
     assert_eq!(trace.clone().with_model_expect().expect, None);
     let err = Trace::checked(config, ops).unwrap_err();
     assert!(err.to_string().contains("sink"), "{err}");
-    let report = kvcheck::replay::replay(&trace, None, Some(SubjectSpec::Cache), None);
+    let report = kvcheck::engine::replay::replay(&trace, None, Some(SubjectSpec::Cache), None);
     assert!(!report.passed());
     let setup = report.setup_error.expect("a setup error");
     assert!(setup.contains("sink"), "{setup}");

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use crate::cli_support::{kvcheck, path, scratch};
-use kvcheck::explore::Explorer;
-use kvcheck::scale::report::Report;
-use kvcheck::scale::{Campaign, Shard};
-use kvcheck::strategy::PROFILES;
+use kvcheck::engine::explore::Explorer;
+use kvcheck::engine::scale::{Campaign, Shard};
+use kvcheck::engine::strategy::PROFILES;
+use kvcheck::engine::triage::{merge_findings, settle, FindingReport, TriageSignature};
+use kvcheck::report::Report;
 use kvcheck::subject::{Fault, SubjectSpec};
-use kvcheck::triage::{merge_findings, settle, FindingReport, TriageSignature};
 use kvcheck::Config;
 
 fn profile(name: &str) -> usize {
@@ -27,7 +27,7 @@ fn campaign(subject: SubjectSpec, profiles: &[&str], cases: u64, jobs: usize) ->
         jobs,
         shard: Shard::ALL,
         subject,
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
     }
 }
 
@@ -92,7 +92,7 @@ fn the_representatives_do_not_depend_on_the_workers() {
             .triage
     };
     let (one, three) = (run(1), run(3));
-    let key = |t: &kvcheck::triage::Triage| {
+    let key = |t: &kvcheck::engine::triage::Triage| {
         t.findings()
             .iter()
             .map(|f| {
@@ -152,8 +152,8 @@ fn settle_minimizes_each_finding_keeping_its_signature() {
         let small = f.minimized_ops.expect("every finding minimizes");
         assert!(small <= f.ops, "{f:?}");
         let path = f.minimized_trace.as_ref().expect("saved");
-        let trace = kvcheck::trace::Trace::load(std::path::Path::new(path)).unwrap();
-        let d = kvcheck::minimize::run_subject(&trace.config, &trace.ops, &subject)
+        let trace = kvcheck::check::trace::Trace::load(std::path::Path::new(path)).unwrap();
+        let d = kvcheck::engine::minimize::run_subject(&trace.config, &trace.ops, &subject)
             .expect("the minimized trace still diverges");
         assert_eq!(TriageSignature::of(&d), f.signature, "{path}");
     }
@@ -240,7 +240,7 @@ fn cli_shards_merge_to_the_unsharded_findings() {
     let Report::Run(merged) = Report::load(&dir.join("merged.json")).unwrap() else {
         panic!("a run report")
     };
-    let sig = |r: &kvcheck::scale::report::RunReport| {
+    let sig = |r: &kvcheck::report::RunReport| {
         r.findings
             .iter()
             .map(|f| (f.signature.clone(), f.count, f.key, f.ops))

@@ -7,9 +7,9 @@
 
 use candle_core::Device;
 use kvcache::fault::CacheFault;
-use kvcheck::divergence::DivergenceKind;
-use kvcheck::fuzzcase::FuzzCase;
-use kvcheck::lockstep::{Lockstep, ValueCheck};
+use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::check::lockstep::{Lockstep, ValueCheck};
+use kvcheck::engine::fuzzcase::FuzzCase;
 use kvcheck::subject::{Fault, SubjectSpec};
 use kvcheck::Variant;
 

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use kvcache::fault::{CacheFault, FaultBase, FaultyCache};
-use kvcheck::machine::SuiteSettings;
-use kvcheck::power::{self, Target, EXPLORE_DEPTH};
+use kvcheck::engine::machine::SuiteSettings;
+use kvcheck::engine::power::{self, Target, EXPLORE_DEPTH};
+use kvcheck::engine::suite::check_subject;
 use kvcheck::subject::{ring_capabilities, Capabilities, Factory, SubjectSpec};
-use kvcheck::suite::check_subject;
 use kvmodel::Variant;
 
 fn default_budgets() -> SuiteSettings {
@@ -19,7 +19,7 @@ fn default_budgets() -> SuiteSettings {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::Model,
     }
 }
 

@@ -2,11 +2,11 @@
 //! the state after it (global end, capacity, resident bytes), the probe
 //! after a refusal, and the layout of a segmented view.
 
-use crate::divergence::{describe_outcome, misbehaviour, Divergence, DivergenceKind};
-use crate::lockstep::check_segmented;
-use crate::lockstep::SegmentedCheck;
-use crate::lockstep::ViewFailure;
-use crate::segments::check_claims;
+use crate::check::divergence::{describe_outcome, misbehaviour, Divergence, DivergenceKind};
+use crate::check::lockstep::check_segmented;
+use crate::check::lockstep::SegmentedCheck;
+use crate::check::lockstep::ViewFailure;
+use crate::check::segments::check_claims;
 use crate::subject::SubjectFailure;
 use crate::Lockstep;
 use candle_core::Tensor;

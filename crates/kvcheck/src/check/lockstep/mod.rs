@@ -5,7 +5,7 @@
 //! every op the driver compares the outcome kind, the global end, the
 //! capacity and resident bytes, and for writes the visible positions and
 //! the view tensors, bit for bit, against the values the model's writers
-//! imply (see [`crate::payload`]). Views are taken as segments
+//! imply (see [`crate::check::payload`]). Views are taken as segments
 //! ([`KvCache::write_segments`]): their concatenation is what is compared,
 //! and every segment that claims to alias the cache's buffers must be a
 //! `narrow` of one buffer at the slots the cache's layout gives for its
@@ -21,11 +21,11 @@
 //! misbehaviour (crash, timeout, protocol error) and its exceptions arrive
 //! as [`SubjectFailure`](crate::subject::SubjectFailure)s and become divergences of their own kinds.
 
-use crate::coverage::{Before, Coverage};
-use crate::divergence::{describe_outcome, Divergence, DivergenceKind};
-use crate::payload::{write_tensor, write_tensors, Kv};
+use crate::check::coverage::{Before, Coverage};
+use crate::check::divergence::{describe_outcome, Divergence, DivergenceKind};
+use crate::check::payload::{write_tensor, write_tensors, Kv};
+use crate::check::trace::Trace;
 use crate::subject::{open_cache, Capabilities, OpLink, SubjectSpec, Unsupported};
-use crate::trace::Trace;
 use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::{CacheError, Config, Model, Op, Outcome, Variant, Write};
@@ -64,14 +64,14 @@ pub enum SetupError {
 pub enum ValueCheck {
     /// Each segment read in place from the storage the cache handed out,
     /// row by row against expected rows built K and V together
-    /// ([`crate::payload::row_bits`]); nothing copied or converted to a
+    /// ([`crate::check::payload::row_bits`]); nothing copied or converted to a
     /// tensor. Payloads are built the same way.
     #[default]
     InPlace,
     /// The consumer's route: the segments concatenated with
     /// [`kvcache::Segments::to_contiguous_into`] into fresh tensors,
     /// converted to f32 vectors and compared with payload rows computed
-    /// one element at a time ([`crate::payload::element`], the payload's
+    /// one element at a time ([`crate::check::payload::element`], the payload's
     /// definition). Several times slower; kept as the independent second
     /// implementation that [`ValueCheck::InPlace`] is tested against and
     /// as the baseline of the `fuzz_exec` benchmark.

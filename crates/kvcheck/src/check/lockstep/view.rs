@@ -1,11 +1,11 @@
 //! The heads a write carries and the checks of a view: positions, segment
 //! shapes and storage, aliasing claims, and values bit for bit.
 
-use crate::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
-use crate::lockstep::ValueCheck;
-use crate::payload::{expected_view, tensor_values, Kv};
-use crate::segments::{check_segments, materialize, Claim};
-use crate::viewcheck::{compare_values, REPORTED_ROWS};
+use crate::check::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
+use crate::check::lockstep::ValueCheck;
+use crate::check::payload::{expected_view, tensor_values, Kv};
+use crate::check::segments::{check_segments, materialize, Claim};
+use crate::check::viewcheck::{compare_values, REPORTED_ROWS};
 use candle_core::Device;
 use kvcache::{SegmentedView, View};
 use kvmodel::{Effect, Model, Op, Write};

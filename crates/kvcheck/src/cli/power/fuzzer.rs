@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kvcache::fault::{CacheFault, FaultBase};
-use kvcheck::power::Catch;
+use kvcheck::engine::power::Catch;
 use kvcheck::subject::SubjectSpec;
 
 /// The `fault_lockstep` cargo-fuzz target, built once.
@@ -208,8 +208,8 @@ fn crash_file(dir: &Path) -> Option<PathBuf> {
 /// Ops of the minimized trace of a crash input, through the same decoder.
 fn minimized(fault: CacheFault, base: FaultBase, path: &Path) -> Option<usize> {
     let data = std::fs::read(path).ok()?;
-    let trace = kvcheck::fuzzcase::fault_case_on(fault, base, &data).to_trace();
-    kvcheck::minimize::minimize(&trace, SubjectSpec::cache_fault(fault, base), 400)
+    let trace = kvcheck::engine::fuzzcase::fault_case_on(fault, base, &data).to_trace();
+    kvcheck::engine::minimize::minimize(&trace, SubjectSpec::cache_fault(fault, base), 400)
         .ok()
         .map(|m| m.trace.ops.len())
 }

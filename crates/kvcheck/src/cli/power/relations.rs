@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use kvcheck::divergence::DivergenceKind;
-use kvcheck::power::Target;
-use kvcheck::relation::power::{catch, invisible, SelfCatch};
-use kvcheck::relation::Relation;
-use kvcheck::scale::default_jobs;
+use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::engine::power::Target;
+use kvcheck::engine::relation::power::{catch, invisible, SelfCatch};
+use kvcheck::engine::relation::Relation;
+use kvcheck::engine::scale::default_jobs;
 
 use super::{in_parallel, Args};
 use crate::cli::CliError;

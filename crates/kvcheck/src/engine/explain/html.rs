@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use kvmodel::format_ranges;
 
 use super::{layout_line, ring_line, Cell, CellState, StepView, Walk};
-use crate::divergence::{describe_outcome, Divergence};
-use crate::payload::Kv;
+use crate::check::divergence::{describe_outcome, Divergence};
+use crate::check::payload::Kv;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(text: &str) -> String {

@@ -40,12 +40,12 @@ use rayon::prelude::*;
 
 use super::fingerprint::fingerprint;
 use super::{ExploreReport, Explorer};
-use crate::coverage::Coverage;
-use crate::divergence::{Divergence, DivergenceKind};
-use crate::lockstep::Lockstep;
-use crate::oracle::Oracle;
+use crate::check::coverage::Coverage;
+use crate::check::divergence::{Divergence, DivergenceKind};
+use crate::check::lockstep::Lockstep;
+use crate::engine::oracle::Oracle;
+use crate::engine::triage::Triage;
 use crate::subject::{Capabilities, SubjectSpec};
-use crate::triage::Triage;
 
 /// No parent: a node at depth 0.
 const ROOT: u32 = u32::MAX;
@@ -389,7 +389,7 @@ fn setup_divergence(e: &Explorer, actual: String) -> Box<Divergence> {
         expected: "the subject accepts the configuration".to_string(),
         actual,
         rows: Vec::new(),
-        trace: crate::trace::Trace::new(e.config.clone(), Vec::new()),
+        trace: crate::check::trace::Trace::new(e.config.clone(), Vec::new()),
         subject: e.subject.name(&e.config),
         saved: None,
     })

@@ -21,12 +21,12 @@
 //!   layout exactly.
 //! - **discovery**: a divergence; BFS makes it a shortest one.
 //! - **always**: the lockstep checks, on every transition.
-//! - **sometimes**: the labelled events ([`crate::coverage::EVENTS`],
+//! - **sometimes**: the labelled events ([`crate::check::coverage::EVENTS`],
 //!   `error:KIND`) the exploration must reach ([`required_events`]);
 //!   a missing one fails the run.
 //!
 //! ```
-//! use kvcheck::explore::Explorer;
+//! use kvcheck::engine::explore::Explorer;
 //! use kvcheck::subject::{Fault, SubjectSpec};
 //! use kvcheck::Config;
 //!
@@ -53,9 +53,9 @@ use kvmodel::{Config, ErrorKind, Op, Variant};
 
 pub use alphabet::{Alphabet, UnknownAlphabet};
 
-use crate::coverage::Coverage;
-use crate::divergence::Divergence;
-use crate::oracle::Oracle;
+use crate::check::coverage::Coverage;
+use crate::check::divergence::Divergence;
+use crate::engine::oracle::Oracle;
 use crate::subject::{Fault, SubjectSpec};
 
 /// Default depth: `KVCHECK_EXPLORE_DEPTH`, else 3.
@@ -240,7 +240,7 @@ pub struct ExploreReport {
     pub coverage: Coverage,
     /// Triage mode: every divergent transition, grouped by signature, the
     /// representative of each the first in breadth-first order.
-    pub triage: crate::triage::Triage,
+    pub triage: crate::engine::triage::Triage,
 }
 
 impl ExploreReport {
@@ -259,7 +259,7 @@ impl ExploreReport {
             timed_out: false,
             elapsed: Duration::ZERO,
             coverage: Coverage::default(),
-            triage: crate::triage::Triage::new(),
+            triage: crate::engine::triage::Triage::new(),
         }
     }
 
@@ -281,7 +281,7 @@ impl fmt::Display for ExploreReport {
         writeln!(
             f,
             "config           {}",
-            crate::divergence::describe_config(&self.config)
+            crate::check::divergence::describe_config(&self.config)
         )?;
         writeln!(f, "subject          {}", self.subject)?;
         writeln!(f, "alphabet         {}", self.alphabet.name())?;

@@ -3,8 +3,8 @@
 
 use super::*;
 
-use crate::divergence::Divergence;
-use crate::lockstep::SetupError;
+use crate::check::divergence::Divergence;
+use crate::check::lockstep::SetupError;
 use kvmodel::CacheError;
 
 /// What a fuzz target's body reports as a crash (libFuzzer panics with the

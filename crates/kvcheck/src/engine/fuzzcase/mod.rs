@@ -22,10 +22,10 @@ use arbitrary::{Arbitrary, Unstructured};
 use candle_core::Device;
 use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant, Write};
 
-use crate::lockstep::{Lockstep, ValueCheck};
-use crate::replay::replay;
+use crate::check::lockstep::{Lockstep, ValueCheck};
+use crate::check::trace::Trace;
+use crate::engine::replay::replay;
 use crate::subject::{Capabilities, Feature, OpKind, SubjectSpec};
-use crate::trace::Trace;
 
 /// Ops decoded at most for the lockstep targets.
 pub const MAX_OPS: usize = 256;

@@ -11,7 +11,7 @@ pub enum DecodeError {
     NotUtf8(#[from] std::str::Utf8Error),
     /// A `trace_load` input is not a loadable kvtrace/1 document.
     #[error(transparent)]
-    Trace(#[from] crate::trace::TraceError),
+    Trace(#[from] crate::check::trace::TraceError),
 }
 
 /// The fuzz targets, by name.

@@ -31,11 +31,11 @@ use std::fmt;
 use candle_core::Device;
 use kvmodel::{Config, Dtype, Op};
 
-use crate::divergence::{Divergence, DivergenceKind};
-use crate::lockstep::Lockstep;
-use crate::oracle::Oracle;
+use crate::check::divergence::{Divergence, DivergenceKind};
+use crate::check::lockstep::Lockstep;
+use crate::check::trace::Trace;
+use crate::engine::oracle::Oracle;
 use crate::subject::SubjectSpec;
-use crate::trace::Trace;
 
 mod candidates;
 mod reducer;
@@ -209,7 +209,7 @@ pub fn run_subject(config: &Config, ops: &[Op], subject: &SubjectSpec) -> Option
 
 /// Shrinks the failing `trace` for `subject`, trying at most `max_tests`
 /// candidates. See the module docs for the passes and the guarantee. A
-/// trace that names its oracle ([`crate::trace::OracleTag`]) is shrunk
+/// trace that names its oracle ([`crate::check::trace::OracleTag`]) is shrunk
 /// against it; [`minimize_with`] chooses one.
 pub fn minimize(
     trace: &Trace,

@@ -1,8 +1,8 @@
 //! The reducer: the smallest failing trace so far and the passes that try
 //! to make it smaller (ops, arguments, configuration) until it is 1-minimal.
 
-use crate::divergence::Divergence;
-use crate::oracle::Oracle;
+use crate::check::divergence::Divergence;
+use crate::engine::oracle::Oracle;
 use crate::subject::SubjectSpec;
 use kvmodel::{Config, Op};
 

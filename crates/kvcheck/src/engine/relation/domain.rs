@@ -20,7 +20,7 @@ use kvmodel::{Config, Model, Op, Variant, Write};
 use proptest::prelude::Rng;
 use proptest::test_runner::TestRunner;
 
-use crate::machine::{CaseError, CASE_DRAWS};
+use crate::engine::machine::{CaseError, CASE_DRAWS};
 use crate::subject::{Capabilities, SubjectSpec};
 
 /// Draws case `profile` from `runner` as every engine does

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Finding, Side};
-use crate::divergence::describe_config;
+use crate::check::divergence::describe_config;
 
 /// Width of one run's column.
 const COLUMN: usize = 52;

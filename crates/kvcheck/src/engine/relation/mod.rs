@@ -14,7 +14,7 @@
 //!
 //! A disagreement is a [`Divergence`] of kind
 //! [`DivergenceKind::Relation`] naming the relation; its trace is the
-//! original one, tagged with the relation ([`crate::trace::OracleTag`]) so
+//! original one, tagged with the relation ([`crate::check::trace::OracleTag`]) so
 //! that replaying it checks that relation again. [`differential`] is the
 //! same comparison between two subjects on one plan.
 //!
@@ -31,11 +31,11 @@ pub mod transform;
 
 use kvmodel::{Config, Op};
 
+use crate::check::divergence::{Divergence, DivergenceKind};
 use crate::check::record::{observe, Plan, Seen, Transcript};
 pub use crate::check::relation::Relation;
-use crate::divergence::{Divergence, DivergenceKind};
+use crate::check::trace::{OracleTag, Trace};
 use crate::subject::{SubjectError, SubjectSpec, Unsupported};
-use crate::trace::{OracleTag, Trace};
 use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
 use transform::{instances, Pair, Part};
@@ -69,9 +69,9 @@ pub enum NotChecked {
 pub use crate::check::record::ObserveError;
 
 /// Why an oracle form does not parse
-/// ([`Oracle::parse`](crate::oracle::Oracle::parse)), or a trace's
+/// ([`Oracle::parse`](crate::engine::oracle::Oracle::parse)), or a trace's
 /// `oracle` field names no oracle
-/// ([`Oracle::of_tag`](crate::oracle::Oracle::of_tag)).
+/// ([`Oracle::of_tag`](crate::engine::oracle::Oracle::of_tag)).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OracleError {
     /// `self:NAME` where `NAME` is no relation's id or name.
@@ -92,7 +92,7 @@ pub enum OracleError {
 }
 
 /// `KVCHECK_ORACLE` holds something
-/// [`Oracle::parse`](crate::oracle::Oracle::parse) refuses.
+/// [`Oracle::parse`](crate::engine::oracle::Oracle::parse) refuses.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("KVCHECK_ORACLE: {source}")]
 pub struct OracleEnvError {

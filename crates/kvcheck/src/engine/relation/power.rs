@@ -16,11 +16,11 @@ use kvcache::fault::CacheFault;
 
 use super::domain::draw;
 use super::{check, instances_from_env, Relation, Work};
-use crate::divergence::DivergenceKind;
-use crate::minimize::minimize_with;
-use crate::oracle::Oracle;
-use crate::power::{profile_runners, Target};
-use crate::replay::replay;
+use crate::check::divergence::DivergenceKind;
+use crate::engine::minimize::minimize_with;
+use crate::engine::oracle::Oracle;
+use crate::engine::power::{profile_runners, Target};
+use crate::engine::replay::replay;
 use crate::subject::SubjectSpec;
 
 /// Candidates the minimizer may try per catch.
@@ -126,7 +126,7 @@ pub fn catch_on(
             {
                 row.minimized_ops = Some(m.trace.ops.len());
                 // The file form: what `kvcheck replay` reads back.
-                let again = crate::trace::Trace::from_json(&m.trace.to_json())
+                let again = crate::check::trace::Trace::from_json(&m.trace.to_json())
                     .ok()
                     .map(|t| replay(&t, None, Some(subject.clone()), None));
                 row.replayed = Some(

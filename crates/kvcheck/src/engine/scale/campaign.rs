@@ -24,14 +24,14 @@ use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
 use super::jobs::case_seed;
 use super::Shard;
-use crate::coverage::Coverage;
-use crate::divergence::Divergence;
-use crate::machine::CaseError;
-use crate::oracle::{run_case, Oracle};
-use crate::relation::Judged;
-use crate::strategy::PROFILES;
+use crate::check::coverage::Coverage;
+use crate::check::divergence::Divergence;
+use crate::engine::machine::CaseError;
+use crate::engine::oracle::{run_case, Oracle};
+use crate::engine::relation::Judged;
+use crate::engine::strategy::PROFILES;
+use crate::engine::triage::Triage;
 use crate::subject::SubjectSpec;
-use crate::triage::Triage;
 
 /// A checking campaign over some profiles.
 #[derive(Clone, Debug)]

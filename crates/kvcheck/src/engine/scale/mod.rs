@@ -5,7 +5,6 @@
 
 pub mod campaign;
 pub mod jobs;
-pub use crate::report;
 
 pub use crate::report::shard::{Shard, ShardError};
 pub use campaign::{Campaign, CampaignError, CampaignOutcome, Found, ProfileTally};

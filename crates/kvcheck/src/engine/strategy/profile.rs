@@ -14,7 +14,7 @@ pub struct Profile {
     pub about: &'static str,
     /// The configurations it draws.
     pub configs: fn() -> BoxedStrategy<Config>,
-    /// Labelled events (see [`crate::coverage::EVENTS`]) it must reach.
+    /// Labelled events (see [`crate::check::coverage::EVENTS`]) it must reach.
     pub required: &'static [&'static str],
 }
 

@@ -21,8 +21,8 @@ use std::path::Path;
 pub use crate::report::findings::{findings_table, merge_findings, FindingReport};
 pub use signature::TriageSignature;
 
-use crate::divergence::Divergence;
-use crate::minimize::minimize_keeping;
+use crate::check::divergence::Divergence;
+use crate::engine::minimize::minimize_keeping;
 use crate::subject::SubjectSpec;
 
 /// One group of divergences with the same signature.

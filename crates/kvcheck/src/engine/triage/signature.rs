@@ -14,7 +14,7 @@ use std::fmt;
 
 use kvmodel::{Config, Model, Op, Outcome};
 
-use crate::divergence::{Divergence, DivergenceKind, RowSource};
+use crate::check::divergence::{Divergence, DivergenceKind, RowSource};
 
 pub use crate::report::findings::TriageSignature;
 
@@ -226,7 +226,7 @@ fn shape_axes(actual: &str) -> String {
 }
 
 /// What the first wrong row holds, relative to what it should hold.
-fn row_shape(row: &crate::divergence::RowMismatch) -> String {
+fn row_shape(row: &crate::check::divergence::RowMismatch) -> String {
     let found = match (&row.expected, &row.found) {
         (_, RowSource::Zeros) => "zeros",
         (_, RowSource::Unknown) => "values written by no op",
