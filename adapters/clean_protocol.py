@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Random traces of the clean protocol of SPEC.md §8, with `expect` filled in.
+"""Random traces of the clean protocol of docs/contract.md §8, with `expect` filled in.
 
 The clean protocol is how a streaming video-diffusion pipeline uses its
-cache and where SPEC.md says sglang 0.5.23 agrees with the contract: the
+cache and where docs/contract.md says sglang 0.5.23 agrees with the contract: the
 first write at 0; each chunk appended at the global end G and then rewritten
 in place any number of times (the denoise steps); every chunk
 `n <= C - S`; `W = C`; `r` absent or `r <= C - S - n`; no pins, no head
@@ -108,7 +108,7 @@ def generate(count, seed, max_ops, caps=ALL):
         ops = random_ops(rng, config, rng.randint(1, max_ops), caps)
         yield i, {
             "format": "kvtrace/1",
-            "note": "clean protocol of SPEC.md §8 (adapters/clean_protocol.py --seed %d, trace %d)" % (seed, i),
+            "note": "clean protocol of docs/contract.md §8 (adapters/clean_protocol.py --seed %d, trace %d)" % (seed, i),
             "config": config,
             "ops": ops,
             "expect": expect(config, ops),

@@ -13,7 +13,7 @@ the error kind), the global end and the visible positions, and, when the
 subject returns values, that every view row holds the bytes its writer (from
 `expect`) wrote at that position and head, or zeros for a never-written
 head. A packed cache with quantization may return a cold row quantized: such
-a row must equal the SPEC.md §6 round trip of the written bytes.
+a row must equal the docs/contract.md §6 round trip of the written bytes.
 
 The payload is this driver's own deterministic function of (writer,
 position, batch row, head, dim, K|V): finite, never zero, exactly
@@ -51,7 +51,7 @@ PACKED_DEFAULTS = {"keep_recent_chunks": 1, "quant": "int8", "pack_sink": False}
 
 
 def full_config(raw):
-    """The config with every TRACE.md default filled in (what kvcheck sends)."""
+    """The config with every docs/kvtrace.md default filled in (what kvcheck sends)."""
     config = dict(CONFIG_DEFAULTS)
     config.update(raw)
     if config["variant"] == "packed":

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""The cache contract of SPEC.md, naively, as a kvcheck-subject/1 process.
+"""The cache contract of docs/contract.md, naively, as a kvcheck-subject/1 process.
 
 A stand-alone Python rendering of the reference model (crates/kvmodel): the
 resident positions live in a dict, every operation works on a copy of the
 state and commits it only when every check has passed, so "a refused
 operation changes nothing" holds by construction. It stores the exact bytes
 each write sends and returns them in the view; cold chunks of the packed
-variant are quantized with the scalar quantizer of SPEC.md §6, bit for bit.
+variant are quantized with the scalar quantizer of docs/contract.md §6, bit for bit.
 
 It is a `kvcheck.Subject` (python/kvcheck) with every capability, so every
 engine of kvcheck can be run through the protocol path with nothing but the
 Python standard library (3.9+); it also reports its capacity and resident
-bytes (SPEC.md §6, §7) for kvcheck to compare.
+bytes (docs/contract.md §6, §7) for kvcheck to compare.
 
     python3 adapters/reference_subject.py                 # the contract
     python3 adapters/reference_subject.py --fault NAME    # a planted bug
@@ -68,16 +68,16 @@ DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
 QUANT_MAX_CODE = {"none": None, "int8": 127, "int4": 7}
 
 
-# A refusal of SPEC.md §3: one error kind and a message with the numbers.
+# A refusal of docs/contract.md §3: one error kind and a message with the numbers.
 ContractError = kvcheck.Refused
 
 
 class PayloadError(Exception):
-    """A payload of the wrong size: checked after every contract check (SPEC.md §7)."""
+    """A payload of the wrong size: checked after every contract check (docs/contract.md §7)."""
 
 
 # ---------------------------------------------------------------------------
-# f32 / f16 / bf16 conversions and the scalar quantizer of SPEC.md §6.
+# f32 / f16 / bf16 conversions and the scalar quantizer of docs/contract.md §6.
 # Python floats are f64; every f32 operation below is an f64 operation on
 # f32 operands rounded once to f32, which is exact for +, -, *, / because
 # 53 >= 2 * 24 + 2 (double rounding cannot change the result).
@@ -121,7 +121,7 @@ def round_half_away_from_zero(x):
 
 
 def quantize_row(values, q):
-    """SPEC.md §6: the codes and the f32 scale of one row of D values."""
+    """docs/contract.md §6: the codes and the f32 scale of one row of D values."""
     amax = max((abs(x) for x in values), default=0.0)
     scale = f32(amax / q)
     if scale == 0.0:
@@ -143,11 +143,11 @@ def cold_round_trip(raw, quant, dtype):
 
 
 # ---------------------------------------------------------------------------
-# Configuration (SPEC.md §1, TRACE.md `config`).
+# Configuration (docs/contract.md §1, docs/kvtrace.md `config`).
 
 
 def parse_config(raw):
-    """Fills TRACE.md defaults and validates SPEC.md §1; ContractError names the field."""
+    """Fills docs/kvtrace.md defaults and validates docs/contract.md §1; ContractError names the field."""
     if not isinstance(raw, dict):
         raise ContractError("invalid_config", "config must be an object")
     config = {
@@ -243,7 +243,7 @@ def non_negative(field, value):
 
 
 # ---------------------------------------------------------------------------
-# The cache: SPEC.md §2-§6 read literally.
+# The cache: docs/contract.md §2-§6 read literally.
 
 
 class Cache:
@@ -293,7 +293,7 @@ class Cache:
         return [p for p in sorted(self.resident) if not self.is_protected_position(p)]
 
     def view(self, recent=None):
-        """SPEC.md §4; `recent` is (s, r) for a write at s with recent window r."""
+        """docs/contract.md §4; `recent` is (s, r) for a write at s with recent window r."""
         protected = set(self.protected())
         others = [p for p in sorted(self.resident) if p not in protected]
         if recent is None:
@@ -316,7 +316,7 @@ class Cache:
     # -- operations ------------------------------------------------------------
 
     def check_write_arguments(self, body):
-        """Checks 1-3 of SPEC.md §3 write: (s, n, r, head range)."""
+        """Checks 1-3 of docs/contract.md §3 write: (s, n, r, head range)."""
         s = non_negative("start", body.get("start"))
         n = non_negative("len", body.get("len"))
         r = body.get("recent_window")
@@ -454,7 +454,7 @@ class Cache:
                 )
         if self.fault == "long-append-hides-sink" and nxt.evicted_any and s == g and n >= 3:
             view = [p for p in view if p >= self.config["sink"]]
-        # The payload is checked after every contract check (SPEC.md §7).
+        # The payload is checked after every contract check (docs/contract.md §7).
         k_rows = self.split_payload("k", k, n, head_range)
         v_rows = self.split_payload("v", v, n, head_range)
         # 9. Commit.
@@ -496,7 +496,7 @@ class Cache:
         return rows
 
     def append_chunk(self, start, length):
-        """SPEC.md §6: record the append; chunks past keep_recent_chunks turn cold."""
+        """docs/contract.md §6: record the append; chunks past keep_recent_chunks turn cold."""
         self.chunks.append({"start": start, "len": length, "cold": False})
         current = len(self.chunks) - 1
         self.current_chunk = current
@@ -547,7 +547,7 @@ class Cache:
         return self.view_payload(self.view(), range(self.config["heads"]))
 
     def resident_bytes(self):
-        """SPEC.md §7 (dense: the allocated buffers) and §6 (packed: per row)."""
+        """docs/contract.md §7 (dense: the allocated buffers) and §6 (packed: per row)."""
         c = self.config
         hot = self.row_bytes
         rows = c["batch"] * c["heads"]

@@ -8,12 +8,12 @@
 #
 # 1. adapters/sglang/setup.sh (venv with torch, the sglang kvcache sources);
 # 2. builds kvcheck (KVCHECK=path skips the build);
-# 3. the clean protocol of SPEC.md §8: 300 random traces
+# 3. the clean protocol of docs/contract.md §8: 300 random traces
 #    (adapters/clean_protocol.py), replayed with exact error kinds;
 # 4. the divergence classes: scripts/sglang_findings.py runs ten engine
 #    searches in triage mode (--keep-going: every divergence grouped by
 #    signature, one minimized representative each), matches the findings
-#    to the classes of SPEC.md §8, replays them unmasked, and saves
+#    to the classes of docs/contract.md §8, replays them unmasked, and saves
 #    tests/external/sglang/*.kvtrace.json and findings.json;
 # 5. with `releases`: the clean protocol and the saved findings replayed on
 #    each release of SGLANG_RELEASES, default 0.5.13 to 0.5.23
@@ -44,7 +44,7 @@ if [ "${1:-}" = "releases" ]; then
     exit 0
 fi
 
-echo "== clean protocol (SPEC.md §8): 300 traces, sglang $version"
+echo "== clean protocol (docs/contract.md §8): 300 traces, sglang $version"
 rm -rf "$work/clean"
 python3 adapters/clean_protocol.py --count 300 --seed 1 --out "$work/clean"
 ops=$(python3 - "$work/clean" <<'PY'

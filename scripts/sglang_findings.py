@@ -7,7 +7,7 @@ run) in triage mode (`--keep-going`) on sglang's real caches through
 adapters/sglang/subject.py: the engine records every divergence, groups them
 by signature (kind, variant, op, the shape of the first difference, the
 exception type) and minimizes one representative of each. Each finding is
-then matched to a class of SPEC.md §8 (CLASSES), replayed on the *unmasked*
+then matched to a class of docs/contract.md §8 (CLASSES), replayed on the *unmasked*
 subject, and saved when plain sglang still diverges there; a finding that
 matches no class is reported as such.
 
@@ -75,7 +75,7 @@ def head_write(trace):
     return any(isinstance(op, dict) and "write" in op and "heads" in op["write"] for op in trace["ops"])
 
 
-# id, SPEC.md §8 class, what sglang does, and the test a finding (its
+# id, docs/contract.md §8 class, what sglang does, and the test a finding (its
 # signature: kind, variant, op, shape; its minimized trace) must pass.
 CLASSES = [
     ("d01-window-drops-sink", "D1", "`W < C` with a sink: the dense view drops the sink",
@@ -110,7 +110,7 @@ CLASSES = [
      and "reset" in ops_of(t) and head_write(t)),
     ("d15-zero-head-range", "D15", "a head range of zero heads is accepted",
      lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err head_range (zero heads) → ok")),
-    # Not rows of SPEC.md §8.
+    # Not rows of docs/contract.md §8.
     ("n1-head-range-negative-start", "N1", "a head range with a negative start is accepted",
      lambda s, t: (s["kind"], s["shape"]) == ("outcome", "err head_range (negative start) → ok")),
     ("n2-head-range-start-past-last-head", "N2", "a head range starting past the last head is accepted",

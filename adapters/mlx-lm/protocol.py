@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Random traces of the protocols on which mlx-lm's caches agree with SPEC.md.
+"""Random traces of the protocols on which mlx-lm's caches agree with docs/contract.md.
 
 An LLM generation loop uses its cache in one way: a prompt appended in
 chunks (prefill), then one token at a time (decode), with rejected draft
 tokens trimmed off the end and written again (speculative decoding) and the
 cache trimmed back for prompt-cache reuse. These generators draw random
 traces of that protocol restricted to where docs/mlx-lm.md says mlx-lm's
-contract and SPEC.md coincide (`kvcheck replay` runs the model beside the
+contract and docs/contract.md coincide (`kvcheck replay` runs the model beside the
 subject, so the traces carry no `expect`):
 
 - `rotating` (`RotatingKVCache(max_size=C, keep=0)`): no sink (`S = 0`);

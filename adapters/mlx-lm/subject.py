@@ -26,7 +26,7 @@ What it cannot express is left out of its capabilities: `evict`, `pin` and
 `reset` (no such calls; a pipeline builds a new cache), head ranges (every
 call carries all heads), recent windows (a layer's window is fixed), the
 packed variant (`QuantizedKVCache` quantizes with `mx.quantize` groups of
-32-128 values, not SPEC.md §6 rows, and returns packed tuples). A write that
+32-128 values, not docs/contract.md §6 rows, and returns packed tuples). A write that
 starts past the global end, or a rewrite that ends before it, has no call
 (the cache appends at its offset): it is answered as an exception of type
 `Inexpressible` and changes nothing.

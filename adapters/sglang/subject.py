@@ -16,7 +16,7 @@ protocol and hands `write` the payload as torch tensors `[B, n, hc, D]` in
 the config dtype. What the classes cannot express is left out of the
 capabilities, so kvcheck never generates it: `rewind` and `evict` (neither
 class has such a call), packed quantization (QVG packs with Quant-VideoGen's
-PRQ k-means Triton kernels: CUDA only, and not the quantizer of SPEC.md §6),
+PRQ k-means Triton kernels: CUDA only, and not the quantizer of docs/contract.md §6),
 and the read-only `view` probe (neither class has a read that does not
 write). A write with a negative length or head count cannot be made into a
 tensor, as it cannot in a pipeline (torch refuses the shape): it is answered
@@ -530,7 +530,7 @@ class SglangCache(kvcheck.Subject):
         quant = (config.get("packed") or {}).get("quant", "int8") if variant == "packed" else "none"
         if quant != "none":
             raise kvcheck.Refused(
-                "invalid_config", "packed quant %s: QVG quantizes with CUDA-only PRQ kernels, not SPEC.md §6" % quant
+                "invalid_config", "packed quant %s: QVG quantizes with CUDA-only PRQ kernels, not docs/contract.md §6" % quant
             )
         self.pair = Pair(self.runtime.ready(), config)
 

@@ -140,7 +140,7 @@ class Protocol(unittest.TestCase):
         self.assertIn("ok", self.open(sink=2))
         self.assertIn("ok", self.write(0, 0, 4))
         before = self.subject.request({"view": {}})
-        # A contract refusal wins over a bad payload (SPEC.md §7).
+        # A contract refusal wins over a bad payload (docs/contract.md §7).
         self.assertEqual(self.write(1, 9, 2, payload=b"xx")["err"]["kind"], "non_sequential")
         response = self.write(2, 4, 2, payload=b"xx")
         self.assertEqual(response["exception"]["type"], "PayloadError")
@@ -175,7 +175,7 @@ class Protocol(unittest.TestCase):
 
 
 class Quantizer(unittest.TestCase):
-    """SPEC.md §6 bit for bit: the hand-computed cases of crates/kvmodel/src/quant.rs."""
+    """docs/contract.md §6 bit for bit: the hand-computed cases of crates/kvmodel/src/quant.rs."""
 
     def test_int8_hand_computed(self):
         values = [f32(2.54), f32(-1.27), 0.0, f32(0.01)]

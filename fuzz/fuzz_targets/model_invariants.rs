@@ -1,4 +1,4 @@
-//! The reference model alone against the invariants of SPEC.md (|R| ≤ C,
+//! The reference model alone against the invariants of docs/contract.md (|R| ≤ C,
 //! protected never evicted, ascending views, refusals change nothing, G
 //! monotone except rewind/reset, …) on long structured sequences.
 #![no_main]

@@ -34,7 +34,7 @@ The subclass API (stable):
   of the arrays both ways), `ops` (None, or a subset of the implemented ops
   to declare), `reports` (() default, or any of "capacity",
   "resident_bytes": attributes read after every successful op and sent for
-  kvcheck to compare with the model's, SPEC.md §3 step 7, §6, §7).
+  kvcheck to compare with the model's, docs/contract.md §3 step 7, §6, §7).
 - `global_end`: an attribute or property, read after every successful op.
 - `open(config)`: required. `config` is the kvtrace/1 config dict with every
   field filled in. Called for every case; it must discard any previous cache.
@@ -45,7 +45,7 @@ The subclass API (stable):
   uint16 bit patterns with numpy), or None when no tensor of that shape
   came: a negative dimension, or a write the contract refuses that is too
   large to send (a bytes subject gets the bytes as sent). Check the
-  arguments before the payload, as SPEC.md §7 says. Returns `(visible, k, v)`:
+  arguments before the payload, as docs/contract.md §7 says. Returns `(visible, k, v)`:
   the view's positions in the order the returned K/V hold them, and K/V of
   shape `[batch, len(visible), heads written, head_dim]` (numpy array,
   torch tensor or bytes; float arrays are converted to the config dtype).
@@ -57,7 +57,7 @@ The subclass API (stable):
 - `from_args(argv)`: classmethod building the instance from the arguments
   after `module:Class` on the `kvcheck.serve` command line (default: none
   allowed).
-- Raise `Refused(kind, message)` for a SPEC.md §3 refusal; any other
+- Raise `Refused(kind, message)` for a docs/contract.md §3 refusal; any other
   exception is answered as the protocol's `exception` (most real caches
   raise ValueError and the like). Raise `AdapterError` when the adapter
   itself cannot turn a request into a call of the cache: kvcheck reports it
@@ -97,7 +97,7 @@ REPORTS = ("capacity", "resident_bytes")
 
 
 class Refused(Exception):
-    """A refusal the contract names: `kind` is a SPEC.md §3 error kind."""
+    """A refusal the contract names: `kind` is a docs/contract.md §3 error kind."""
 
     def __init__(self, kind, message=""):
         super().__init__("%s: %s" % (kind, message) if message else kind)
@@ -246,7 +246,7 @@ class Session:
                 return {"ok": self.apply(request)}
         except Refused as refusal:
             if refusal.kind not in ERROR_KINDS:
-                message = "Refused(%r) is not a SPEC.md error kind (%s)" % (refusal.kind, ", ".join(ERROR_KINDS))
+                message = "Refused(%r) is not a docs/contract.md error kind (%s)" % (refusal.kind, ", ".join(ERROR_KINDS))
                 return exception("AdapterError", message, adapter=True)
             return {"err": {"kind": refusal.kind, "message": refusal.message}}
         except AdapterError as error:

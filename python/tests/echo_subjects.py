@@ -35,7 +35,7 @@ class Echo(kvcheck.Subject):
         if start > self.global_end:
             raise kvcheck.Refused("non_sequential", "gap at %d" % start)
         if recent_window == 99:
-            raise kvcheck.Refused("no_such_kind", "a kind SPEC.md does not have")
+            raise kvcheck.Refused("no_such_kind", "a kind docs/contract.md does not have")
         self.global_end = max(self.global_end, start + length)
         self.last = (start, length, heads, recent_window, k, v)
         return list(range(start, start + length)), k, v

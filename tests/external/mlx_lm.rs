@@ -1,7 +1,7 @@
 //! mlx-lm's real caches through `adapters/mlx-lm/subject.py`: the traces of
 //! `tests/external/mlx-lm/` (its findings and the minimized differences by
 //! design of docs/mlx-lm.md) still diverge where recorded, and random
-//! traces of the protocols where its contract and SPEC.md coincide still
+//! traces of the protocols where its contract and docs/contract.md coincide still
 //! agree. Opt-in: it runs only where `adapters/mlx-lm/setup.sh` has built
 //! its environment (the marker `adapters/mlx-lm/.venv/KVCHECK_READY`), and
 //! says how to enable it otherwise.

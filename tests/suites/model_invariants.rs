@@ -1,4 +1,4 @@
-//! SPEC.md invariants of the reference model on random op sequences: after
+//! docs/contract.md invariants of the reference model on random op sequences: after
 //! any op `|R| ≤ C`, protected positions are never evicted, views are
 //! ascending without duplicates, and a refused op changes nothing.
 

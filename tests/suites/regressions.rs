@@ -14,7 +14,7 @@ fn regression_corpus_replays_clean() {
     let files = collect_trace_files(std::slice::from_ref(&dir)).expect("the corpus is readable");
     assert!(
         files.len() >= 15,
-        "one trace per SPEC.md §8 row (D1–D15) at least"
+        "one trace per docs/contract.md §8 row (D1–D15) at least"
     );
     let mut failures = Vec::new();
     for path in &files {

@@ -67,7 +67,7 @@ class SglangSubject(unittest.TestCase):
         self.assertFalse(caps["view"])
 
     def test_clean_protocol_agrees(self):
-        # A slice of the SPEC.md §8 evidence, small enough for a unit test.
+        # A slice of the docs/contract.md §8 evidence, small enough for a unit test.
         problems = {}
         for i, trace in clean_protocol.generate(40, 7, 16):
             found = kvtrace_replay.replay(self.subject, trace, exact_kinds=True)

@@ -3,7 +3,7 @@
 //! B = 1, H = 40, D = 128, bf16, chunks of 4680 tokens, C = 70200 (15
 //! chunks), S = 4680 (the first chunk is the sink), 30 chunks appended once
 //! outside the timed loop. Printed: resident bytes of packed int8 / int4
-//! against the dense `2·B·C·H·D·2` bytes, next to SPEC.md §6's prediction;
+//! against the dense `2·B·C·H·D·2` bytes, next to docs/contract.md §6's prediction;
 //! then criterion times the per-step view of the packed cache against a
 //! dense-equivalent view.
 //!
@@ -60,7 +60,7 @@ fn filled(quant: Quant, k: &Tensor, v: &Tensor) -> PackedCache {
     cache
 }
 
-/// SPEC.md §6's prediction of the packed/dense byte ratio at steady state:
+/// docs/contract.md §6's prediction of the packed/dense byte ratio at steady state:
 /// hot rows are the sink, the current and the kept chunk, cold rows the rest.
 fn predicted_ratio(quant: Quant) -> f64 {
     let hot_row = (D * 2) as f64;

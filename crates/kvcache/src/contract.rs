@@ -1,10 +1,10 @@
-//! The dense contract of SPEC.md §2–§5 planned on position sets, shared by
+//! The dense contract of docs/contract.md §2–§5 planned on position sets, shared by
 //! every cache whose storage is one `[B, C, H, D]` buffer pair
 //! ([`DenseCache`](crate::DenseCache), [`RingCache`](crate::RingCache)).
 //!
 //! A cache keeps its own position → slot map; this module sees only the
 //! resident positions (ascending, disjoint ranges) and the scalar state
-//! (`G`, `C`, `W`, the pin). Every check of SPEC.md §3 runs here, in its
+//! (`G`, `C`, `W`, the pin). Every check of docs/contract.md §3 runs here, in its
 //! order, before the cache moves a byte, so a refusal leaves the cache
 //! exactly as it was, and the caches cannot disagree on a rule.
 
@@ -27,11 +27,11 @@ pub(crate) struct Residency {
     pub window: usize,
     /// `G`.
     pub global_end: u64,
-    /// The pinned positions, if any (SPEC.md §5).
+    /// The pinned positions, if any (docs/contract.md §5).
     pub pin: Option<Range<u64>>,
 }
 
-/// The plan of a write that passed every check of SPEC.md §3.
+/// The plan of a write that passed every check of docs/contract.md §3.
 #[derive(Clone, Debug)]
 pub(crate) struct WritePlan {
     /// First position written.
@@ -59,7 +59,7 @@ impl WritePlan {
 
 impl Residency {
     /// The state of a new, empty cache. Refuses a configuration that breaks
-    /// SPEC.md §1 or is not of the dense variant, naming the field.
+    /// docs/contract.md §1 or is not of the dense variant, naming the field.
     pub fn new(config: &Config, cache: &str) -> Result<Residency> {
         config.validate()?;
         if config.variant != kvmodel::Variant::Dense {
@@ -93,7 +93,7 @@ impl Residency {
         ))
     }
 
-    /// SPEC.md §2: the protected ranges (not yet intersected with `R`),
+    /// docs/contract.md §2: the protected ranges (not yet intersected with `R`),
     /// ascending and disjoint.
     pub fn protected_ranges(&self) -> Vec<Range<u64>> {
         match &self.pin {
@@ -134,7 +134,7 @@ impl Residency {
         Ok(victims)
     }
 
-    /// SPEC.md §4 on `resident` and the current pin: the visible positions
+    /// docs/contract.md §4 on `resident` and the current pin: the visible positions
     /// as ascending ranges. `recent` is `(s, r)`.
     pub fn visible(
         &self,
@@ -176,12 +176,12 @@ impl Residency {
         normalize(protected)
     }
 
-    /// The view of the current state without a recent window (SPEC.md §4).
+    /// The view of the current state without a recent window (docs/contract.md §4).
     pub fn current_view(&self, resident: &[Range<u64>]) -> Vec<Range<u64>> {
         self.visible(resident, self.window, None)
     }
 
-    /// SPEC.md §3 write checks 1–8 on `resident`; nothing is changed.
+    /// docs/contract.md §3 write checks 1–8 on `resident`; nothing is changed.
     pub fn plan_write(
         &self,
         resident: &[Range<u64>],
@@ -287,7 +287,7 @@ impl Residency {
         })
     }
 
-    /// SPEC.md §3 `rewind` checks; the position to truncate at.
+    /// docs/contract.md §3 `rewind` checks; the position to truncate at.
     pub fn check_rewind(&self, to: i64) -> std::result::Result<u64, CacheError> {
         let to = non_negative("to", to)?;
         if to > self.global_end {
@@ -308,7 +308,7 @@ impl Residency {
         }
     }
 
-    /// SPEC.md §3 `evict` checks; the positions to drop, ascending.
+    /// docs/contract.md §3 `evict` checks; the positions to drop, ascending.
     pub fn plan_evict(
         &self,
         resident: &[Range<u64>],
@@ -322,7 +322,7 @@ impl Residency {
             })
     }
 
-    /// SPEC.md §3 `pin`, checks and commit (a pin moves no data).
+    /// docs/contract.md §3 `pin`, checks and commit (a pin moves no data).
     pub fn pin(
         &mut self,
         resident: &[Range<u64>],
@@ -361,7 +361,7 @@ impl Residency {
         Ok(self.global_end)
     }
 
-    /// SPEC.md §3 `reset` of the scalar state (capacity and window stay).
+    /// docs/contract.md §3 `reset` of the scalar state (capacity and window stay).
     pub fn reset(&mut self) {
         self.global_end = 0;
         self.pin = None;

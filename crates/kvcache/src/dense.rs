@@ -1,5 +1,5 @@
 //! The dense rolling cache: preallocated `[B, C, H, D]` K and V buffers on a
-//! candle [`Device`], written and rolled in place (SPEC.md §1–§5, §7).
+//! candle [`Device`], written and rolled in place (docs/contract.md §1–§5, §7).
 //!
 //! # Layout
 //!
@@ -32,7 +32,7 @@
 //! # Refusals
 //!
 //! Every operation first plans its whole effect (victims, growth, view) on
-//! the slot map without touching a byte, runs every check of SPEC.md §3 in
+//! the slot map without touching a byte, runs every check of docs/contract.md §3 in
 //! its order, then checks the payload, and only then moves data. A refusal
 //! therefore leaves buffers, slot map, pin and global end exactly as they
 //! were. Contract refusals come before payload errors, so a request the
@@ -61,7 +61,7 @@ use crate::{KvCache, Layout, Path, Result, SegmentedView, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
 use slots::SlotMap;
 
-/// The dense rolling cache of SPEC.md §1–§5 on candle tensors.
+/// The dense rolling cache of docs/contract.md §1–§5 on candle tensors.
 ///
 /// Guarantees:
 ///
@@ -94,7 +94,7 @@ pub struct DenseCache {
 
 impl DenseCache {
     /// A new, empty cache with zeroed `[B, C, H, D]` K and V buffers on
-    /// `device`. Refuses a configuration that breaks SPEC.md §1 with
+    /// `device`. Refuses a configuration that breaks docs/contract.md §1 with
     /// `invalid_config` (as `kvmodel::Model::new` does), and a packed one
     /// with `invalid_config` naming `variant`. The size rule bounds the
     /// allocation (at most 2^31 elements per buffer), but that much memory
@@ -276,7 +276,7 @@ impl KvCache for DenseCache {
         self.state.capacity
     }
 
-    /// SPEC.md §3 `write`: checks 1–8 in order, then the payload (shape,
+    /// docs/contract.md §3 `write`: checks 1–8 in order, then the payload (shape,
     /// dtype, device), then the commit: grow or evict-shift, zero the fresh
     /// rows of a head-range write, copy the payload block in place.
     fn write_segments(

@@ -2,7 +2,7 @@
 //! (feature `faults`, never on the shipped code path).
 //!
 //! Each [`CacheFault`] names one mistake a real streaming KV cache makes —
-//! the sglang 0.5.23 divergences of SPEC.md §8 and classic slot, roll,
+//! the sglang 0.5.23 divergences of docs/contract.md §8 and classic slot, roll,
 //! pin and quantization errors — and [`FaultyCache`] wraps a correct
 //! [`DenseCache`](crate::DenseCache) or [`PackedCache`](crate::PackedCache)
 //! (or, by [`FaultBase`], the same caches on the device-generic path, or a
@@ -36,37 +36,37 @@ use kvmodel::{Quant, Variant};
 pub enum CacheFault {
     /// Dense: the slot of a rewrite is computed as `s − L` (evicted count)
     /// without the sink offset, so after eviction a rewrite lands `S`
-    /// positions early (SPEC.md §8, sglang slot arithmetic).
+    /// positions early (docs/contract.md §8, sglang slot arithmetic).
     SlotIgnoresSink,
     /// Dense: a write starting past the global end is accepted and the
-    /// never-written gap becomes visible (SPEC.md §8 D2).
+    /// never-written gap becomes visible (docs/contract.md §8 D2).
     GapWriteAccepted,
     /// Dense: a rewrite of evicted positions lands on the sink slots instead
-    /// of being refused (SPEC.md §8 D3).
+    /// of being refused (docs/contract.md §8 D3).
     EvictedRewriteOnSink,
     /// Dense: a chunk that does not fit beside the sink and the pin is
     /// accepted instead of refused (sglang overwrites the protected slots,
-    /// SPEC.md §8 D4).
+    /// docs/contract.md §8 D4).
     ChunkOverProtected,
     /// Dense: a negative recent window is refused only after the write has
-    /// landed (mutate then raise, SPEC.md §8 D12).
+    /// landed (mutate then raise, docs/contract.md §8 D12).
     MutateThenRaise,
-    /// Dense: with `W < C` the window view drops the sink (SPEC.md §8 D1).
+    /// Dense: with `W < C` the window view drops the sink (docs/contract.md §8 D1).
     WindowDropsSink,
     /// Dense: the window budget subtracts the sink twice, so the view shows
     /// `S` fewer recent positions than `W` allows (window counted without
     /// the sink already in `P`).
     WindowDoubleCountsSink,
     /// Dense: a pin whose distance to the sink is not a multiple of the
-    /// chunk length is lost at the next roll (SPEC.md §8 D7).
+    /// chunk length is lost at the next roll (docs/contract.md §8 D7).
     PinLostOnMisalignedRoll,
-    /// Dense: the pinned range is listed twice in the view (SPEC.md §8 D7).
+    /// Dense: the pinned range is listed twice in the view (docs/contract.md §8 D7).
     PinDuplicatedInView,
     /// Dense: a head range is written from head 0, ignoring its start (one
-    /// as wide as the cache is accepted, SPEC.md §8 D13).
+    /// as wide as the cache is accepted, docs/contract.md §8 D13).
     HeadStartIgnored,
     /// Dense: a zero-length write past the global end advances it
-    /// (SPEC.md §8 D11).
+    /// (docs/contract.md §8 D11).
     ZeroLengthAdvances,
     /// Dense: eviction counts from slot 0, so the first sink position is
     /// dropped from the view once anything is evicted.
@@ -75,7 +75,7 @@ pub enum CacheFault {
     /// `W = C`.
     GrowthKeepsWindow,
     /// Dense: a refused write has already rolled the buffer (the slot map
-    /// changed) before it raises (SPEC.md §8 D5).
+    /// changed) before it raises (docs/contract.md §8 D5).
     RefusalRolls,
     /// Dense: the roll moves one row too few, so the oldest kept position
     /// shows its neighbour's row.
@@ -92,7 +92,7 @@ pub enum CacheFault {
     /// full cache the read-only probe at the global end evicts the oldest
     /// evictable position.
     ProbeMakesRoom,
-    /// Packed: a write with a head range returns every head (SPEC.md §8 D10).
+    /// Packed: a write with a head range returns every head (docs/contract.md §8 D10).
     PackedReturnsEveryHead,
     /// Packed int8/int4: `keep_recent_chunks` counts the current chunk, so
     /// one completed chunk too many becomes cold.

@@ -1,18 +1,18 @@
 //! Streaming attention KV caches on candle-core tensors.
 //!
-//! Three caches implement the contract of `SPEC.md` behind one trait,
+//! Three caches implement the contract of `docs/contract.md` behind one trait,
 //! [`KvCache`]:
 //!
 //! - [`DenseCache`]: preallocated `[B, C, H, D]` K and V buffers, in-place
 //!   writes, in-place rolls, sinks, pins, growth and head ranges
-//!   (SPEC.md §2–§5).
+//!   (docs/contract.md §2–§5).
 //! - [`RingCache`]: the same contract on the same buffers, but history
 //!   never moves: protected positions stay in their slots, the others form
 //!   a ring, an append writes only its own rows, and views are
 //!   [`SegmentedView`]s of zero-copy pieces, built from device-generic
 //!   candle ops only.
 //! - [`PackedCache`]: per-chunk storage whose cold chunks are kept as int8 /
-//!   int4 codes with one f32 scale per row (SPEC.md §6).
+//!   int4 codes with one f32 scale per row (docs/contract.md §6).
 //!
 //! Both refuse what the contract refuses, with the same [`ErrorKind`] as the
 //! reference model in `kvmodel`, and leave their state untouched when they
@@ -43,12 +43,12 @@ pub use path::{Path, UnknownPath};
 pub use ring::RingCache;
 pub use segments::{Segment, SegmentedView, Segments};
 
-/// Errors of the caches: a contract refusal (SPEC.md §3), or a request the
+/// Errors of the caches: a contract refusal (docs/contract.md §3), or a request the
 /// contract does not cover (a payload of the wrong shape, a tensor backend
 /// failure). Every error leaves the cache exactly as it was.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The operation is refused by the contract; carries the SPEC.md kind.
+    /// The operation is refused by the contract; carries the docs/contract.md kind.
     #[error(transparent)]
     Contract(#[from] CacheError),
     /// The K or V payload does not match the write.
@@ -83,8 +83,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// The SPEC.md kind, for contract refusals and for a payload of the
-    /// wrong shape or dtype (`invalid_argument`, SPEC.md §7: checked after
+    /// The docs/contract.md kind, for contract refusals and for a payload of the
+    /// wrong shape or dtype (`invalid_argument`, docs/contract.md §7: checked after
     /// every contract check, so a request the contract refuses keeps its
     /// own kind). Backend and external failures have none.
     pub fn kind(&self) -> Option<ErrorKind> {
@@ -175,7 +175,7 @@ pub struct Layout {
     pub slots: Vec<Slot>,
 }
 
-/// The operations of SPEC.md §3 on an optimized cache.
+/// The operations of docs/contract.md §3 on an optimized cache.
 ///
 /// Every method either succeeds with the outcome the contract gives, or
 /// fails and leaves the cache exactly as it was.
@@ -186,22 +186,22 @@ pub trait KvCache {
     fn global_end(&self) -> u64;
     /// The current capacity `C` (grows with `growth`).
     fn capacity(&self) -> usize;
-    /// SPEC.md §3 `write`. `k` and `v` have shape `[B, len, heads written, D]`
+    /// docs/contract.md §3 `write`. `k` and `v` have shape `[B, len, heads written, D]`
     /// in the cache dtype on the cache device.
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>>;
-    /// The view of the current state without a recent window (SPEC.md §4),
+    /// The view of the current state without a recent window (docs/contract.md §4),
     /// all heads. Read-only; available on every variant (the packed variant
     /// refuses zero-length writes, so the harness probes it with this).
     fn view(&self) -> Result<View<'_>>;
-    /// SPEC.md §3 `rewind`; returns the new global end.
+    /// docs/contract.md §3 `rewind`; returns the new global end.
     fn rewind(&mut self, to: i64) -> Result<u64>;
-    /// SPEC.md §3 `evict`; returns the global end.
+    /// docs/contract.md §3 `evict`; returns the global end.
     fn evict(&mut self, tokens: i64) -> Result<u64>;
-    /// SPEC.md §3 `pin`; returns the global end.
+    /// docs/contract.md §3 `pin`; returns the global end.
     fn pin(&mut self, tokens: i64) -> Result<u64>;
-    /// SPEC.md §3 `reset`; returns 0.
+    /// docs/contract.md §3 `reset`; returns 0.
     fn reset(&mut self) -> u64;
-    /// Bytes held for K and V (SPEC.md §6's formula).
+    /// Bytes held for K and V (docs/contract.md §6's formula).
     fn resident_bytes(&self) -> u64;
     /// The storage layout, slot by slot.
     fn layout(&self) -> Layout;

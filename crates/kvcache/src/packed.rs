@@ -1,4 +1,4 @@
-//! The packed cache of SPEC.md §6: storage by chunks, cold chunks quantized.
+//! The packed cache of docs/contract.md §6: storage by chunks, cold chunks quantized.
 //!
 //! **Residency in two numbers.** The packed variant only appends at the
 //! global end, rewrites the current chunk in place, and rewinds. Protected
@@ -6,7 +6,7 @@
 //! evictable positions first, so the resident set is always
 //! `[0, min(S, G)) ∪ [evicted_to, G)` with `S ≤ evicted_to`: the cache keeps
 //! `G` and `evicted_to` instead of a set of positions, and every check of
-//! SPEC.md §3 becomes interval arithmetic.
+//! docs/contract.md §3 becomes interval arithmetic.
 //!
 //! **Storage by chunk.** Each chunk (the range of one append) holds its
 //! resident rows as one or two *pieces* (two only when eviction cut a hole
@@ -34,7 +34,7 @@ mod storage;
 
 use storage::{overlap, Chunk, Piece, Rows};
 
-/// The packed cache of SPEC.md §6. See the module docs for the design.
+/// The packed cache of docs/contract.md §6. See the module docs for the design.
 #[derive(Clone, Debug)]
 pub struct PackedCache {
     config: Config,
@@ -60,7 +60,7 @@ pub struct PackedCache {
 
 impl PackedCache {
     /// A new, empty packed cache on `device`. Refuses a configuration that
-    /// breaks SPEC.md §1 (and a dense one) with `invalid_config`.
+    /// breaks docs/contract.md §1 (and a dense one) with `invalid_config`.
     pub fn new(config: &Config, device: &Device) -> Result<PackedCache> {
         PackedCache::with_path(config, device, Path::default_for(device))
     }
@@ -142,7 +142,7 @@ impl PackedCache {
         }
     }
 
-    /// SPEC.md §4 on the state `(evicted_to, g)`: the two contiguous runs of
+    /// docs/contract.md §4 on the state `(evicted_to, g)`: the two contiguous runs of
     /// visible positions (sink, then the window), ascending and disjoint.
     fn visible(&self, evicted_to: u64, g: u64, recent: Option<(u64, u64)>) -> [Range<u64>; 2] {
         let protected = self.sink_range(g);
@@ -200,7 +200,7 @@ impl KvCache for PackedCache {
             return Err(self.unsupported_write(s, end).into());
         }
         // 5–6: never fire for an append or a rewrite of the current chunk,
-        // kept so the order of SPEC.md §3 reads off the code.
+        // kept so the order of docs/contract.md §3 reads off the code.
         if s > g {
             return Err(CacheError::NonSequential {
                 start: s,

@@ -1,4 +1,4 @@
-//! Quantization kernels of the packed cache (SPEC.md §6) on candle tensors.
+//! Quantization kernels of the packed cache (docs/contract.md §6) on candle tensors.
 //!
 //! A *row* is the `D` values of one (batch row, position, head): the last
 //! dimension of a tensor. Every row gets one f32 scale and `D` codes:
@@ -195,7 +195,7 @@ impl Element for bf16 {
     }
 }
 
-/// `max |x| / q` of one row, in f32 (SPEC.md §6).
+/// `max |x| / q` of one row, in f32 (docs/contract.md §6).
 fn row_scale<T: Element>(row: &[T], q: i32) -> f32 {
     let amax = row.iter().fold(0.0f32, |m, x| m.max(x.to_f32().abs()));
     amax / q as f32

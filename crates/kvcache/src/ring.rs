@@ -1,4 +1,4 @@
-//! The ring cache: the dense contract of SPEC.md §1–§5 on `[B, C, H, D]`
+//! The ring cache: the dense contract of docs/contract.md §1–§5 on `[B, C, H, D]`
 //! K and V buffers in which history never moves.
 //!
 //! # Layout
@@ -30,7 +30,7 @@
 //!
 //! # Refusals
 //!
-//! Every check of SPEC.md §3 runs on position sets first (shared with
+//! Every check of docs/contract.md §3 runs on position sets first (shared with
 //! [`DenseCache`] in `contract.rs`), then the payload is checked, and only
 //! then does anything change, so a refusal leaves the cache as it was.
 //!
@@ -48,7 +48,7 @@ use crate::segments::{buffer_view, set_rows};
 use crate::{KvCache, Layout, Result, RingLayout, SegmentedView, View};
 use map::RingMap;
 
-/// The ring cache of SPEC.md §1–§5 (see the module docs).
+/// The ring cache of docs/contract.md §1–§5 (see the module docs).
 ///
 /// Guarantees:
 ///
@@ -235,7 +235,7 @@ impl KvCache for RingCache {
         }
     }
 
-    /// SPEC.md §3 `write`: checks 1–8 in order, then the payload (shape,
+    /// docs/contract.md §3 `write`: checks 1–8 in order, then the payload (shape,
     /// dtype, device), then the commit: grow, drop the victims from the
     /// map, place fresh positions in the ring, write the rows.
     fn write_segments(

@@ -1,10 +1,10 @@
-//! Cache configuration (SPEC.md §1) and its validation.
+//! Cache configuration (docs/contract.md §1) and its validation.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::CacheError;
 
-/// The largest number of elements one K or V buffer may hold (SPEC.md §1,
+/// The largest number of elements one K or V buffer may hold (docs/contract.md §1,
 /// the size rule): `B · C · H · D ≤ 2^31`.
 pub const MAX_ELEMENTS: u64 = 1 << 31;
 
@@ -12,9 +12,9 @@ pub const MAX_ELEMENTS: u64 = 1 << 31;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
-    /// The dense rolling cache of SPEC.md §2–§5 (sinks, pins, growth).
+    /// The dense rolling cache of docs/contract.md §2–§5 (sinks, pins, growth).
     Dense,
-    /// The packed cache of SPEC.md §6 (chunks, quantized cold chunks).
+    /// The packed cache of docs/contract.md §6 (chunks, quantized cold chunks).
     Packed,
 }
 
@@ -49,7 +49,7 @@ impl Dtype {
     }
 }
 
-/// How cold chunks of the packed variant are stored (SPEC.md §6).
+/// How cold chunks of the packed variant are stored (docs/contract.md §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Quant {
@@ -81,7 +81,7 @@ impl Quant {
     }
 }
 
-/// The packed variant's policy (SPEC.md §6). Defaults follow TRACE.md.
+/// The packed variant's policy (docs/contract.md §6). Defaults follow docs/kvtrace.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PackedPolicy {
     /// How many of the most recent completed chunks stay hot. Default 1.
@@ -102,7 +102,7 @@ impl Default for PackedPolicy {
     }
 }
 
-/// A cache configuration (SPEC.md §1, TRACE.md `config`).
+/// A cache configuration (docs/contract.md §1, docs/kvtrace.md `config`).
 ///
 /// Construct one with [`Config::dense`] or [`Config::packed`] and adjust the
 /// public fields; every cache and the model call [`Config::validate`] before
@@ -128,7 +128,7 @@ pub struct Config {
     pub window: Option<usize>,
     /// Grow instead of evicting (dense only).
     pub growth: bool,
-    /// Tokens that stay sink while a chunk is pinned (SPEC.md §5).
+    /// Tokens that stay sink while a chunk is pinned (docs/contract.md §5).
     pub global_sink: usize,
     /// Packed policy; `None` on a packed config means the defaults.
     pub packed: Option<PackedPolicy>,
@@ -138,7 +138,7 @@ pub struct Config {
 
 impl Config {
     /// A dense configuration with capacity `capacity` and every other field
-    /// at its TRACE.md default (B = H = D = 1, f32, no sink, W = C).
+    /// at its docs/kvtrace.md default (B = H = D = 1, f32, no sink, W = C).
     pub fn dense(capacity: usize) -> Config {
         Config {
             variant: Variant::Dense,
@@ -189,7 +189,7 @@ impl Config {
         usize::try_from(MAX_ELEMENTS / per_token).unwrap_or(usize::MAX)
     }
 
-    /// Checks every rule of SPEC.md §1. The error names the first field that
+    /// Checks every rule of docs/contract.md §1. The error names the first field that
     /// breaks a rule.
     pub fn validate(&self) -> Result<(), CacheError> {
         let bad =

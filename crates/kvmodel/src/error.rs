@@ -1,4 +1,4 @@
-//! The error values of SPEC.md §3: one variant per kind, each carrying the
+//! The error values of docs/contract.md §3: one variant per kind, each carrying the
 //! numbers that explain it. Engines compare kinds; people read messages.
 
 use thiserror::Error;
@@ -6,7 +6,7 @@ use thiserror::Error;
 use crate::outcome::ErrorKind;
 
 /// A refused operation or configuration. A cache that returns one has not
-/// changed (SPEC.md §3).
+/// changed (docs/contract.md §3).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Error)]
 pub enum CacheError {
     /// A negative count or position.
@@ -115,7 +115,7 @@ pub enum CacheError {
         /// Why it cannot be placed (global end, sink, missing position).
         detail: String,
     },
-    /// A configuration that breaks a rule of SPEC.md §1.
+    /// A configuration that breaks a rule of docs/contract.md §1.
     #[error("invalid_config: {field} {reason}")]
     InvalidConfig {
         /// The offending field.
@@ -146,7 +146,7 @@ impl CacheError {
         }
     }
 
-    /// The SPEC.md §3 kind of this error.
+    /// The docs/contract.md §3 kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
             CacheError::InvalidArgument { .. } => ErrorKind::InvalidArgument,

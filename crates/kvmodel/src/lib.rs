@@ -1,15 +1,15 @@
-//! The reference model of the kvcheck cache contract (`SPEC.md`).
+//! The reference model of the kvcheck cache contract (`docs/contract.md`).
 //!
 //! This crate is the oracle. It implements the contract literally, with
 //! positions in a `BTreeMap` and no cleverness, so that it can be read
 //! against the specification line by line. It also owns the vocabulary that
 //! the caches and the harness share without depending on candle:
 //!
-//! - [`Config`] (SPEC.md §1) and its validation,
-//! - [`Op`] / [`Write`] (SPEC.md §3, TRACE.md `ops`),
-//! - [`Outcome`], [`Effect`], [`ErrorKind`] (SPEC.md §3, TRACE.md `expect`),
+//! - [`Config`] (docs/contract.md §1) and its validation,
+//! - [`Op`] / [`Write`] (docs/contract.md §3, docs/kvtrace.md `ops`),
+//! - [`Outcome`], [`Effect`], [`ErrorKind`] (docs/contract.md §3, docs/kvtrace.md `expect`),
 //! - [`CacheError`], the typed error with the numbers that explain it,
-//! - [`quant`], the scalar reference quantizer of SPEC.md §6.
+//! - [`quant`], the scalar reference quantizer of docs/contract.md §6.
 //!
 //! ```
 //! use kvmodel::{Config, Model, Op, Write};

@@ -1,4 +1,4 @@
-//! The reference model: SPEC.md read literally.
+//! The reference model: docs/contract.md read literally.
 //!
 //! Every operation works on a clone of the state and commits it only when
 //! every check has passed, so "a refused operation changes nothing" holds by
@@ -13,7 +13,7 @@ use crate::error::{format_ranges, CacheError};
 use crate::op::{non_negative, Op, Write};
 use crate::outcome::Effect;
 
-/// One chunk of the packed variant (SPEC.md §6): the range of one append.
+/// One chunk of the packed variant (docs/contract.md §6): the range of one append.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Chunk {
     /// First position.
@@ -35,18 +35,18 @@ impl Chunk {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Model {
     config: Config,
-    /// `C`: changes only by growth (SPEC.md §3 write step 7).
+    /// `C`: changes only by growth (docs/contract.md §3 write step 7).
     capacity: usize,
     /// `W`: follows `C` under growth only while it was equal to it.
     window: usize,
-    /// `G`: one past the highest position ever written (SPEC.md §2).
+    /// `G`: one past the highest position ever written (docs/contract.md §2).
     global_end: u64,
-    /// `R`: resident positions with the writer of each head (SPEC.md §2).
+    /// `R`: resident positions with the writer of each head (docs/contract.md §2).
     resident: BTreeMap<u64, Vec<Option<u64>>>,
-    /// The pinned range, if any (SPEC.md §5).
+    /// The pinned range, if any (docs/contract.md §5).
     pin: Option<Range<u64>>,
     /// Packed only: every chunk appended since the last reset or rewind
-    /// below it, in ascending order (SPEC.md §6).
+    /// below it, in ascending order (docs/contract.md §6).
     chunks: Vec<Chunk>,
     /// Packed only: index in `chunks` of the current chunk (the latest
     /// append), cleared by rewind and reset.
@@ -54,7 +54,7 @@ pub struct Model {
 }
 
 impl Model {
-    /// A new, empty model. Refuses a configuration that breaks SPEC.md §1
+    /// A new, empty model. Refuses a configuration that breaks docs/contract.md §1
     /// with `invalid_config` naming the field.
     pub fn new(config: &Config) -> Result<Model, CacheError> {
         config.validate()?;
@@ -130,7 +130,7 @@ impl Model {
             .is_some_and(|c| c.cold && position < c.start + c.len)
     }
 
-    /// SPEC.md §2: `[0, S)` without a pin, `[0, GS) ∪ pin` with one. The
+    /// docs/contract.md §2: `[0, S)` without a pin, `[0, GS) ∪ pin` with one. The
     /// intersection with `R` is left to the caller.
     fn is_protected_position(&self, position: u64) -> bool {
         match &self.pin {
@@ -139,14 +139,14 @@ impl Model {
         }
     }
 
-    /// SPEC.md §2: the protected resident positions, ascending.
+    /// docs/contract.md §2: the protected resident positions, ascending.
     pub fn protected(&self) -> Vec<u64> {
         self.resident()
             .filter(|&p| self.is_protected_position(p))
             .collect()
     }
 
-    /// SPEC.md §2: the evictable resident positions, ascending (eviction
+    /// docs/contract.md §2: the evictable resident positions, ascending (eviction
     /// always takes them from the front).
     pub fn evictable(&self) -> Vec<u64> {
         self.resident()
@@ -154,7 +154,7 @@ impl Model {
             .collect()
     }
 
-    /// SPEC.md §4: the visible window of the current state. `recent` is
+    /// docs/contract.md §4: the visible window of the current state. `recent` is
     /// `(s, r)` for a write at `s` with `recent_window = r`.
     pub fn view(&self, recent: Option<(u64, u64)>) -> Vec<u64> {
         let protected: BTreeSet<u64> = self.protected().into_iter().collect();
@@ -173,7 +173,7 @@ impl Model {
         protected.union(&shown).copied().collect()
     }
 
-    /// SPEC.md §6: bytes the cache holds for K and V. Dense: the allocated
+    /// docs/contract.md §6: bytes the cache holds for K and V. Dense: the allocated
     /// `[B, C, H, D]` buffers. Packed: per resident (batch row, position,
     /// head) row, `D · size_of(dtype)` hot, and for cold rows `D + 4`
     /// (int8), `ceil(D / 2) + 4` (int4) or `D · size_of(dtype)` (none).
@@ -214,7 +214,7 @@ impl Model {
         self.config.variant == Variant::Packed
     }
 
-    /// SPEC.md §3 `write`, checks 1–9 in order.
+    /// docs/contract.md §3 `write`, checks 1–9 in order.
     pub fn write(&mut self, index: u64, w: &Write) -> Result<Effect, CacheError> {
         // 1–3. Arguments: negative numbers, negative window, head range.
         let checked = w.check_arguments(self.config.heads)?;
@@ -341,7 +341,7 @@ impl Model {
         })
     }
 
-    /// SPEC.md §6: record an append as the current chunk, then turn cold
+    /// docs/contract.md §6: record an append as the current chunk, then turn cold
     /// every completed chunk outside the `keep_recent_chunks` most recent
     /// ones (and outside the sink unless `pack_sink`). Cold is permanent.
     fn append_chunk(&mut self, start: u64, len: u64) {
@@ -362,7 +362,7 @@ impl Model {
         }
     }
 
-    /// SPEC.md §3 `rewind`.
+    /// docs/contract.md §3 `rewind`.
     pub fn rewind(&mut self, to: i64) -> Result<u64, CacheError> {
         let to = non_negative("to", to)?;
         if to > self.global_end {
@@ -398,7 +398,7 @@ impl Model {
         Ok(self.global_end)
     }
 
-    /// SPEC.md §3 `evict`.
+    /// docs/contract.md §3 `evict`.
     pub fn evict(&mut self, tokens: i64) -> Result<u64, CacheError> {
         let k = non_negative("tokens", tokens)?;
         if self.packed() {
@@ -420,7 +420,7 @@ impl Model {
         Ok(self.global_end)
     }
 
-    /// SPEC.md §3 `pin` and §5.
+    /// docs/contract.md §3 `pin` and §5.
     pub fn pin(&mut self, tokens: i64) -> Result<u64, CacheError> {
         let n = non_negative("tokens", tokens)?;
         if self.packed() {
@@ -461,7 +461,7 @@ impl Model {
         Ok(self.global_end)
     }
 
-    /// SPEC.md §3 `reset`: capacity and window keep their current values.
+    /// docs/contract.md §3 `reset`: capacity and window keep their current values.
     pub fn reset(&mut self) -> u64 {
         self.resident.clear();
         self.global_end = 0;

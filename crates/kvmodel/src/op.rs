@@ -1,5 +1,5 @@
 //! The operation vocabulary shared by the model, the caches and every engine
-//! of the harness (SPEC.md §3, TRACE.md `ops`).
+//! of the harness (docs/contract.md §3, docs/kvtrace.md `ops`).
 
 use std::fmt;
 
@@ -23,7 +23,7 @@ pub struct Write {
     /// `[first, count]` of the heads written; `None` means all heads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heads: Option<[i64; 2]>,
-    /// Recent-window override of the view (SPEC.md §4).
+    /// Recent-window override of the view (docs/contract.md §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recent_window: Option<i64>,
 }
@@ -41,12 +41,12 @@ impl Write {
 }
 
 /// A count or position from a trace: negative values are
-/// `invalid_argument` naming the argument (SPEC.md §3).
+/// `invalid_argument` naming the argument (docs/contract.md §3).
 pub fn non_negative(field: &'static str, value: i64) -> Result<u64, CacheError> {
     u64::try_from(value).map_err(|_| CacheError::InvalidArgument { field, value })
 }
 
-/// A write whose arguments passed SPEC.md §3 checks 1–3.
+/// A write whose arguments passed docs/contract.md §3 checks 1–3.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CheckedWrite {
     /// First position.
@@ -67,7 +67,7 @@ impl CheckedWrite {
 }
 
 impl Write {
-    /// SPEC.md §3 write checks 1–3, in order, for a cache with `heads`
+    /// docs/contract.md §3 write checks 1–3, in order, for a cache with `heads`
     /// heads: negative start or length (`invalid_argument`), negative recent
     /// window (`negative_window`), head range outside `[0, heads)` or empty
     /// (`head_range`). These checks read only the arguments, so the model
@@ -106,7 +106,7 @@ impl Write {
     }
 }
 
-/// One cache operation. Serializes exactly as TRACE.md's externally tagged
+/// One cache operation. Serializes exactly as docs/kvtrace.md's externally tagged
 /// form: `{"write": {...}}`, `{"rewind": {"to": 4}}`, `"reset"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]

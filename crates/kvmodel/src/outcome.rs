@@ -1,10 +1,10 @@
-//! Outcomes of operations (SPEC.md §3, TRACE.md `expect`).
+//! Outcomes of operations (docs/contract.md §3, docs/kvtrace.md `expect`).
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The error kinds of SPEC.md §3, with exactly its snake_case names.
+/// The error kinds of docs/contract.md §3, with exactly its snake_case names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
@@ -30,7 +30,7 @@ pub enum ErrorKind {
     EvictTooMany,
     /// A pin that cannot be placed.
     PinRange,
-    /// A configuration that breaks a rule of SPEC.md §1.
+    /// A configuration that breaks a rule of docs/contract.md §1.
     InvalidConfig,
 }
 
@@ -104,7 +104,7 @@ impl Effect {
     }
 }
 
-/// The outcome of one operation, serialized as TRACE.md's
+/// The outcome of one operation, serialized as docs/kvtrace.md's
 /// `{"ok": {...}}` / `{"err": "kind"}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,4 +1,4 @@
-//! The scalar reference quantizer of SPEC.md §6.
+//! The scalar reference quantizer of docs/contract.md §6.
 //!
 //! Written for clarity, one value at a time; the packed cache's tensor
 //! kernels must reproduce these numbers bit for bit.
@@ -7,7 +7,7 @@ use half::{bf16, f16};
 
 use crate::config::{Dtype, Quant};
 
-/// Rounds half away from zero (`2.5 → 3`, `-2.5 → -3`), as SPEC.md §6 asks;
+/// Rounds half away from zero (`2.5 → 3`, `-2.5 → -3`), as docs/contract.md §6 asks;
 /// `f32::round` has exactly this rule.
 pub fn round_half_away_from_zero(x: f32) -> f32 {
     x.round()

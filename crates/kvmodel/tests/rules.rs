@@ -1,4 +1,4 @@
-//! One test per rule of SPEC.md §1–§6, including every error kind and the
+//! One test per rule of docs/contract.md §1–§6, including every error kind and the
 //! check order when several apply.
 
 use kvmodel::{Config, ErrorKind, Model, Op, PackedPolicy, Quant, Write};

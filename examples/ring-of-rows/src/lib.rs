@@ -98,7 +98,7 @@ impl RingOfRows {
         self.resident().into_iter().filter(|&p| p >= sink).collect()
     }
 
-    /// SPEC.md §4 without a recent window, for the resident positions
+    /// docs/contract.md §4 without a recent window, for the resident positions
     /// `resident`: the sink and the newest `W − |sink|` others.
     fn view_of(&self, resident: &[u64]) -> Vec<u64> {
         let sink = self.config.sink as u64;

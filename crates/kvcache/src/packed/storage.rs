@@ -66,7 +66,7 @@ impl Piece {
     }
 }
 
-/// One chunk: the range of one append (SPEC.md §6), with the pieces that are
+/// One chunk: the range of one append (docs/contract.md §6), with the pieces that are
 /// still resident (none once it is fully evicted; the chunk still counts for
 /// the coldness rule).
 #[derive(Clone, Debug)]
@@ -197,7 +197,7 @@ impl PackedCache {
         Ok(())
     }
 
-    /// Turns the rows of a chunk cold (SPEC.md §6): quantized once, the
+    /// Turns the rows of a chunk cold (docs/contract.md §6): quantized once, the
     /// full-precision tensors dropped.
     pub(super) fn freeze(chunk: &mut Chunk, quant: Quant, path: Path) -> candle_core::Result<()> {
         let quantize = match path {

@@ -444,7 +444,7 @@ fn vectors_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors")
 }
 
-/// A TRACE.md config object, with its defaults.
+/// A docs/kvtrace.md config object, with its defaults.
 fn parse_config(json: &serde_json::Value) -> Config {
     let int = |name: &str, default: usize| {
         json.get(name)

@@ -36,7 +36,7 @@ pub enum DivergenceKind {
     Aliasing,
     /// Different capacities (growth).
     Capacity,
-    /// Different resident bytes (SPEC.md §6).
+    /// Different resident bytes (docs/contract.md §6).
     ResidentBytes,
     /// The read-only probe after a refused op shows a changed cache.
     Probe,
@@ -53,7 +53,7 @@ pub enum DivergenceKind {
     /// An external subject wrote a line that is not JSON, a response of the
     /// wrong shape or a payload of the wrong length.
     Protocol,
-    /// Two runs of the subject that a relation of SPEC.md §9 says must
+    /// Two runs of the subject that a relation of docs/contract.md §9 says must
     /// look the same to a caller do not (no model involved).
     Relation(Relation),
     /// The subject and another implementation (`--oracle SUBJECT`) show a

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// A relation of SPEC.md §9 (see `docs/relations.md` for preconditions).
+/// A relation of docs/contract.md §9 (see `docs/relations.md` for preconditions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Relation {
     /// M1: after `reset` the rest of the trace behaves as on a fresh cache
@@ -42,7 +42,7 @@ pub enum Relation {
     /// M9: removing a refused op changes no other outcome.
     #[serde(rename = "M9")]
     RefusalPure,
-    /// M10 (beyond SPEC.md §9): an append followed by a rewrite of exactly
+    /// M10 (beyond docs/contract.md §9): an append followed by a rewrite of exactly
     /// its rows equals the append carrying the rewrite's rows: the last
     /// write wins.
     #[serde(rename = "M10")]
@@ -50,7 +50,7 @@ pub enum Relation {
 }
 
 impl Relation {
-    /// Every relation, in SPEC.md order.
+    /// Every relation, in docs/contract.md order.
     pub const ALL: [Relation; 10] = [
         Relation::ResetIsFresh,
         Relation::HeadSplit,

@@ -1,10 +1,10 @@
-//! kvtrace/1: the replayable trace format of `TRACE.md`, read and written by
+//! kvtrace/1: the replayable trace format of `docs/kvtrace.md`, read and written by
 //! every engine of the harness.
 //!
 //! Loading refuses unknown fields, wrong types and unknown ops with serde's
 //! message and the line and column; it refuses a configuration that breaks
-//! SPEC.md §1 as `invalid_config` naming the field. Negative numbers in ops
-//! are valid here: they become op outcomes (SPEC.md §3).
+//! docs/contract.md §1 as `invalid_config` naming the field. Negative numbers in ops
+//! are valid here: they become op outcomes (docs/contract.md §3).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -132,7 +132,7 @@ pub enum TraceError {
         /// The value found.
         found: String,
     },
-    /// The configuration breaks a rule of SPEC.md §1.
+    /// The configuration breaks a rule of docs/contract.md §1.
     #[error("{origin}config.{error}")]
     InvalidConfig {
         /// `"path: "` or empty.
@@ -161,7 +161,7 @@ pub enum TraceError {
 }
 
 impl TraceError {
-    /// The SPEC.md kind, when the file is refused for its configuration.
+    /// The docs/contract.md kind, when the file is refused for its configuration.
     pub fn is_invalid_config(&self) -> bool {
         matches!(self, TraceError::InvalidConfig { .. })
     }
@@ -385,7 +385,7 @@ impl Trace {
 
     /// The outcomes the reference model gives for every op, or
     /// [`TraceError::InvalidConfig`] naming the field when the
-    /// configuration breaks SPEC.md §1 ([`Trace::new`] does not check it;
+    /// configuration breaks docs/contract.md §1 ([`Trace::new`] does not check it;
     /// [`Trace::checked`] does).
     pub fn model_outcomes(&self) -> Result<Vec<Outcome>, TraceError> {
         let mut model = Model::new(&self.config).map_err(|error| TraceError::InvalidConfig {
@@ -401,7 +401,7 @@ impl Trace {
     }
 
     /// This trace with `expect` filled in by the reference model. A trace
-    /// whose configuration breaks SPEC.md §1 has no outcomes to fill in: it
+    /// whose configuration breaks docs/contract.md §1 has no outcomes to fill in: it
     /// is returned without `expect` (and refused, naming the field, when it
     /// is loaded or checked).
     pub fn with_model_expect(mut self) -> Trace {
@@ -409,7 +409,7 @@ impl Trace {
         self
     }
 
-    /// [`Trace::new`] for a configuration that may break SPEC.md §1: the
+    /// [`Trace::new`] for a configuration that may break docs/contract.md §1: the
     /// error names the field, as loading such a file does.
     pub fn checked(config: Config, ops: Vec<Op>) -> Result<Trace, TraceError> {
         Model::new(&config).map_err(|error| TraceError::InvalidConfig {

@@ -150,7 +150,7 @@ pub enum CliError {
         /// Why it does not decode.
         source: DecodeError,
     },
-    /// `explore`: a configuration breaks SPEC.md §1.
+    /// `explore`: a configuration breaks docs/contract.md §1.
     #[error("{config}: {source}")]
     InvalidConfig {
         /// The configuration, described.

@@ -35,7 +35,7 @@ pub const DEFAULT_FAILURES_DIR: &str = "target/kvcheck-failures";
 #[command(
     name = "kvcheck",
     version,
-    about = "Check streaming attention KV caches op by op against the reference model of SPEC.md",
+    about = "Check streaming attention KV caches op by op against the reference model of docs/contract.md",
     long_about = "kvcheck drives an optimized KV cache and the naive reference model in lockstep and \
                   compares every outcome, visible position and view tensor bit for bit. Failing \
                   sequences are saved as kvtrace/1 files that replay anywhere.",
@@ -157,7 +157,7 @@ pub struct SubjectArgs {
     exact_kinds: bool,
     /// What the subject is checked against: `model` (the reference model,
     /// op by op), `self` (its own transformed runs: the relations of
-    /// SPEC.md §9, no model; `self:M9` checks one), or another subject in
+    /// docs/contract.md §9, no model; `self:M9` checks one), or another subject in
     /// any `--subject` form (differential: both run the same steps). A
     /// trace that names its oracle is checked against it unless this is
     /// given [default: the trace's oracle, else model]. See

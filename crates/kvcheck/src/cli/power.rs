@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// `model` (the engines above), or `self` / `self:M9`: the zoo checked
-    /// by the relations of SPEC.md §9 alone, one column per relation (see
+    /// by the relations of docs/contract.md §9 alone, one column per relation (see
     /// docs/relations.md).
     #[arg(long, default_value = "model")]
     oracle: kvcheck::engine::oracle::Oracle,

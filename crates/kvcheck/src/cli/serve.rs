@@ -85,7 +85,7 @@ fn exception(kind: &str, message: &str) -> Value {
     json!({"exception": {"type": kind, "message": message}})
 }
 
-/// A cache's refusal as the protocol says it: `err` with a SPEC.md kind,
+/// A cache's refusal as the protocol says it: `err` with a docs/contract.md kind,
 /// or `exception` for anything outside the contract.
 fn refusal(error: &kvcache::Error) -> Value {
     match error {

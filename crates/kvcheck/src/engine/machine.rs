@@ -397,7 +397,7 @@ pub struct SuiteSettings {
     /// `KVCHECK_EXACT_KINDS`); default: the shipped caches.
     pub subject: SubjectSpec,
     /// `KVCHECK_ORACLE`: what the subject is checked against (default: the
-    /// model, op by op; `self` runs the relations of SPEC.md §9 on each
+    /// model, op by op; `self` runs the relations of docs/contract.md §9 on each
     /// drawn sequence, `SUBJECT` another implementation).
     pub oracle: Oracle,
 }

@@ -5,7 +5,7 @@
 //! (`fuzzcase`, feature `arbitrary`), and what is done with a failure:
 //! [`minimize`], [`replay`], [`explain`], [`triage`]; [`power`] measures
 //! them all on the zoo of faults. What a step is compared with is the
-//! [`oracle`]: the model, the [`relation`]s of SPEC.md §9, or another
+//! [`oracle`]: the model, the [`relation`]s of docs/contract.md §9, or another
 //! subject.
 
 pub mod explain;

@@ -1,11 +1,11 @@
 //! What a subject is checked against: the reference model, its own
-//! transformed runs (relations, SPEC.md §9), or another subject.
+//! transformed runs (relations, docs/contract.md §9), or another subject.
 //!
 //! Every engine asks one question of a trace, [`Oracle::check`]: does the
 //! subject diverge, and where? With [`Oracle::Model`] that is the lockstep
 //! driver ([`crate::check::lockstep::Lockstep`]); with [`Oracle::Relations`] the
 //! relations of [`crate::engine::relation`], which need no model and so check
-//! caches whose contract is not SPEC.md's; with [`Oracle::Subject`] the
+//! caches whose contract is not docs/contract.md's; with [`Oracle::Subject`] the
 //! same steps on another implementation ([`crate::engine::relation::differential`]).
 //! The command line takes `--oracle model|self|self:M9|SUBJECT`
 //! (`KVCHECK_ORACLE`), and a trace saved from a relation or differential

@@ -138,7 +138,7 @@ pub fn replay_with(
     oracle: &Oracle,
 ) -> ReplayReport {
     // A trace built through the API (not loaded) may carry a config that
-    // breaks SPEC.md §1: that is a setup error naming the field, not a
+    // breaks docs/contract.md §1: that is a setup error naming the field, not a
     // panic.
     let mut model = match Model::new(&trace.config) {
         Ok(model) => model,

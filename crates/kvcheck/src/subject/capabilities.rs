@@ -11,7 +11,7 @@
 use kvmodel::{Config, Dtype, Op, Quant, Variant};
 use serde::{Deserialize, Serialize};
 
-/// The kinds of op of SPEC.md §3.
+/// The kinds of op of docs/contract.md §3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {

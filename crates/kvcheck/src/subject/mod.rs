@@ -309,7 +309,7 @@ impl SubjectSpec {
     }
 
     /// Whether error kinds are compared exactly. Always for in-process
-    /// caches (their refusals carry SPEC.md kinds); for an external subject
+    /// caches (their refusals carry docs/contract.md kinds); for an external subject
     /// only with `--exact-kinds` / `KVCHECK_EXACT_KINDS`, otherwise every
     /// `err` and `exception` agrees with every refusal of the model.
     pub fn exact_kinds(&self) -> bool {

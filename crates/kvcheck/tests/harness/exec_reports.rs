@@ -78,7 +78,8 @@ fn reported_resident_bytes_follow_cold_chunks() {
         return;
     }
     let config = Config::packed(8);
-    run("", &config, &appends(4, 2)).expect("cold int8 rows are counted as SPEC.md §6 says");
+    run("", &config, &appends(4, 2))
+        .expect("cold int8 rows are counted as docs/contract.md §6 says");
 }
 
 #[test]

@@ -121,3 +121,48 @@ fn lib_re_exports_no_module_under_a_second_path() {
         ["explain", "minimize"]
     );
 }
+
+/// The repository carries the documents it cites: the contract is
+/// `docs/contract.md` and the trace format `docs/kvtrace.md`, and no file
+/// points at a contract or format document kept outside it.
+#[test]
+fn no_file_cites_a_document_the_repository_lacks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for kept in ["docs/contract.md", "docs/kvtrace.md"] {
+        assert!(root.join(kept).is_file(), "{kept} is missing");
+    }
+    // Spelled in pieces so that this file does not cite them itself.
+    let outside = [concat!("SPEC", ".md"), concat!("TRACE", ".md")];
+    let skipped = ["target", ".git", "node_modules", "corpus", "artifacts"];
+    let texts = ["rs", "md", "py", "toml", "json", "sh", "yml", "yaml", "txt"];
+    let mut found = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).expect("a repository folder") {
+            let path = entry.expect("a folder entry").path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if !skipped.contains(&name.as_ref()) && !name.starts_with(".venv") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let text_file = path
+                .extension()
+                .is_some_and(|e| texts.iter().any(|t| e == *t));
+            let Some(text) = text_file.then(|| fs::read_to_string(&path).ok()).flatten() else {
+                continue;
+            };
+            for (n, line) in text.lines().enumerate() {
+                if outside.iter().any(|o| line.contains(o)) {
+                    found.push(format!("{}:{}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "cited but not in the repository:\n{}",
+        found.join("\n")
+    );
+}

@@ -1,4 +1,4 @@
-//! The relations of SPEC.md §9 on the reference model and the shipped
+//! The relations of docs/contract.md §9 on the reference model and the shipped
 //! caches, and the relation failures of the zoo.
 
 use kvcheck::engine::machine::CASE_DRAWS;

@@ -1,6 +1,6 @@
 //! kvtrace/1 loading: malformed documents are refused with messages that
 //! name the problem; valid ones round-trip; `expect` output is exactly
-//! TRACE.md's outcome format.
+//! docs/kvtrace.md's outcome format.
 
 use kvcheck::check::trace::{Trace, TraceError};
 use kvcheck::subject::SubjectSpec;
@@ -175,7 +175,7 @@ fn expect_output_is_trace_md_outcome_format() {
     assert_eq!(json["format"], "kvtrace/1");
 }
 
-/// A configuration that breaks SPEC.md §1, reached through the public API
+/// A configuration that breaks docs/contract.md §1, reached through the public API
 /// rather than a file: no function panics, the model's outcomes are an
 /// error naming the field, and `Trace::checked` refuses it.
 #[test]

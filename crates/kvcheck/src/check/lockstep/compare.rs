@@ -170,7 +170,7 @@ impl Lockstep {
         Ok(())
     }
 
-    /// SPEC.md §3: after a refused op the cache must be unchanged. Dense
+    /// docs/contract.md §3: after a refused op the cache must be unchanged. Dense
     /// caches are probed with a zero-length write at the global end; the
     /// packed variant refuses that write, so it is probed with `view()`.
     pub(super) fn probe(&mut self, index: usize) -> Result<(), Box<Divergence>> {

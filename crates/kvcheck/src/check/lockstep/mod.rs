@@ -44,7 +44,7 @@ const REFUSED_PAYLOAD_LIMIT: usize = 1 << 20;
 /// Why a lockstep run could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    /// The configuration breaks SPEC.md §1.
+    /// The configuration breaks docs/contract.md §1.
     #[error(transparent)]
     InvalidConfig(#[from] CacheError),
     /// The model accepts the configuration but the cache does not.

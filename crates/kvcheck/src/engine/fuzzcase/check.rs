@@ -27,7 +27,7 @@ pub enum FuzzFailure {
     /// decoder always makes valid ones).
     #[error(transparent)]
     InvalidConfig(#[from] CacheError),
-    /// A SPEC.md invariant of the model broke after an op
+    /// A docs/contract.md invariant of the model broke after an op
     /// (`model_invariants`).
     #[error(
         "model invariant broken at step {step} ({op}): {what}\n──── kvtrace ────\n{json}",
@@ -140,7 +140,7 @@ pub(super) fn decode_into(
     Ok(())
 }
 
-/// The body of `model_invariants`: SPEC.md invariants of the model alone,
+/// The body of `model_invariants`: docs/contract.md invariants of the model alone,
 /// checked after every op. `Err` names the broken invariant
 /// ([`FuzzFailure::Invariant`]).
 pub fn check_model_invariants(case: &FuzzCase) -> Result<(), FuzzFailure> {

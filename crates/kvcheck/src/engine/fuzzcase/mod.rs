@@ -13,7 +13,7 @@
 //! latest append), so libFuzzer's mutations change what the stream does
 //! instead of producing a wall of `non_sequential` refusals. A few op codes
 //! still produce raw, negative or out-of-range arguments so that every
-//! refusal of SPEC.md §3 stays reachable.
+//! refusal of docs/contract.md §3 stays reachable.
 //!
 //! [`FuzzCase::to_bytes`] is the inverse used to turn the test vectors into
 //! a seed corpus.

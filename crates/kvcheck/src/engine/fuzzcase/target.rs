@@ -24,7 +24,7 @@ pub enum Target {
     RingLockstep,
     /// Structured packed cases through the lockstep driver.
     PackedLockstep,
-    /// The model alone against SPEC.md invariants.
+    /// The model alone against docs/contract.md invariants.
     ModelInvariants,
     /// Arbitrary bytes as a kvtrace file.
     TraceLoad,

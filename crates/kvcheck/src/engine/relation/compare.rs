@@ -12,7 +12,7 @@ use crate::check::record::{Seen, Transcript, ViewBytes};
 pub struct Compared {
     /// View bytes (both subjects return values).
     pub values: bool,
-    /// Refusal kinds (both subjects give SPEC.md kinds; otherwise every
+    /// Refusal kinds (both subjects give docs/contract.md kinds; otherwise every
     /// refusal agrees with every refusal).
     pub exact: bool,
 }

@@ -1,4 +1,4 @@
-//! Relations: checking a cache against itself, with no model (SPEC.md §9,
+//! Relations: checking a cache against itself, with no model (docs/contract.md §9,
 //! and M10 beyond it).
 //!
 //! A relation says that two runs must show a caller the same thing: a
@@ -8,7 +8,7 @@
 //! subject, builds each relation's transformed plans from what that run
 //! showed ([`transform`]), runs them on the same subject and compares the
 //! corresponding steps ([`compare`]): outcomes (ok or refused, and the
-//! kind when the subject gives SPEC.md kinds), global ends, visible
+//! kind when the subject gives docs/contract.md kinds), global ends, visible
 //! positions and view bytes. Corresponding writes carry identical payload
 //! bytes ([`crate::check::record::Payload`]); writer ids are not compared.
 //!
@@ -295,7 +295,7 @@ fn identity(n: usize) -> Vec<Pair> {
 /// Runs `ops` on `subject` and on `oracle` with the same payloads and
 /// returns the first step where they differ, compared on what both can
 /// express (values only when both return them, kinds only when both give
-/// SPEC.md kinds).
+/// docs/contract.md kinds).
 pub fn differential(
     config: &Config,
     ops: &[Op],

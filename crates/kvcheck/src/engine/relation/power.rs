@@ -146,7 +146,7 @@ pub fn catch_on(
 pub fn invisible(fault: CacheFault) -> &'static str {
     match fault {
         CacheFault::EvictedRewriteOnSink => {
-            "accepts a rewrite of evicted positions where SPEC.md refuses it; it does so in every run alike, and the rows it lands on the sink are the same bytes whatever the transformation: a different contract, consistent with itself"
+            "accepts a rewrite of evicted positions where docs/contract.md refuses it; it does so in every run alike, and the rows it lands on the sink are the same bytes whatever the transformation: a different contract, consistent with itself"
         }
         CacheFault::WindowDropsSink => {
             "with W < C the view leaves out the sink in every run (sglang's D1): consistent with itself, only the model says the sink belongs in the view"

@@ -310,7 +310,7 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
             let mut fresh = config.clone();
             if let Some(&capacity) = run.capacity.get(at) {
                 // Growth moves the window with the capacity when they were
-                // equal (SPEC.md §3 step 7).
+                // equal (docs/contract.md §3 step 7).
                 if config.window.is_none_or(|w| w == config.capacity) {
                     fresh.window = None;
                 }

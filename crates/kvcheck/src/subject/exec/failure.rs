@@ -10,7 +10,7 @@ use std::time::Duration;
 /// [`kvcache::Error::External`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubjectFailure {
-    /// `err`: a refusal with a SPEC.md kind.
+    /// `err`: a refusal with a docs/contract.md kind.
     Refused {
         /// The kind given.
         kind: ErrorKind,

@@ -267,7 +267,7 @@ impl Process {
                         message: body.message,
                     }),
                     Err(_) => Err(self.protocol(format!(
-                        "err kind {:?} is not a SPEC.md error kind",
+                        "err kind {:?} is not a docs/contract.md error kind",
                         body.kind
                     ))),
                 }

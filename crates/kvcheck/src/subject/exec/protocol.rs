@@ -19,7 +19,7 @@ pub struct Hello {
 
 /// The state a subject reports in every `ok` response to an op or a view,
 /// declared in its `hello` capabilities as `reports`. Each is compared with
-/// the model after every op, as for in-process caches: capacity (SPEC.md §3
+/// the model after every op, as for in-process caches: capacity (docs/contract.md §3
 /// step 7 growth) and resident bytes (§6, §7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reports {
