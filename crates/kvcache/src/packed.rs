@@ -118,6 +118,17 @@ impl PackedCache {
     }
 
     /// The first position of `range` that is not resident.
+    ///
+    /// The cache itself only asks about the current chunk, `[c.start, G)`,
+    /// and about empty ranges (step 6 of an append), and the current chunk
+    /// is always wholly resident: an append evicts only positions below its
+    /// own start, and nothing else evicts. So every call [`KvCache::write`]
+    /// makes answers `None`, and the checks below are the definition of
+    /// residency on the interval state, kept for the order of the contract
+    /// (docs/contract.md §6: a rewrite of the current chunk "while still
+    /// fully resident"). No op sequence tells a wrong answer on any other
+    /// range apart, so `tests::first_missing_is_the_first_non_resident_position`
+    /// pins the function on every range directly (docs/mutants.md).
     fn first_missing(&self, range: Range<u64>) -> Option<u64> {
         if range.is_empty() {
             return None;
@@ -401,5 +412,43 @@ impl KvCache for PackedCache {
             })
             .collect();
         Layout { slots }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `first_missing` on every range over every interval state the cache
+    /// can reach (`S ≤ evicted_to ≤ max(S, G)`), against the resident set
+    /// of the module docs, `[0, min(S, G)) ∪ [evicted_to, G)`. Through the
+    /// public API the function only ever sees the current chunk, which is
+    /// wholly resident, so a comparison that is off by one on any other
+    /// range (`range.end >= S` for `range.end > S`: a range that ends
+    /// exactly at the sink, after an eviction) is caught here only.
+    #[test]
+    fn first_missing_is_the_first_non_resident_position() {
+        for sink in 0..=3u64 {
+            let mut config = Config::packed(16);
+            config.sink = sink as usize;
+            let mut cache = PackedCache::new(&config, &Device::Cpu).unwrap();
+            for g in 0..=8u64 {
+                for evicted_to in sink..=sink.max(g) {
+                    cache.global_end = g;
+                    cache.evicted_to = evicted_to;
+                    let resident =
+                        |p: &u64| (0..sink.min(g)).contains(p) || (evicted_to..g).contains(p);
+                    for start in 0..=g + 2 {
+                        for end in start..=g + 2 {
+                            assert_eq!(
+                                cache.first_missing(start..end),
+                                (start..end).find(|p| !resident(p)),
+                                "S={sink} G={g} evicted_to={evicted_to} range {start}..{end}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
