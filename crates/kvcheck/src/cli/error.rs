@@ -320,3 +320,59 @@ impl CliError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statuses `docs/commands.md` and the commands' `--help` document:
+    /// 1 for a failed check, 2 for bad arguments or input.
+    #[test]
+    fn exit_codes_are_the_documented_ones() {
+        let failed = [
+            CliError::Diverged,
+            CliError::StillFails,
+            CliError::EventsMissed(vec!["evict".into()]),
+            CliError::FalsePositive,
+            CliError::ShardsAbsent(vec!["2/2".into()]),
+            CliError::PowerVerdict {
+                escaped: vec!["roll-one-short".into()],
+                false_positives: Vec::new(),
+            },
+        ];
+        for error in &failed {
+            assert_eq!(error.exit_code(), 1, "{error:?}");
+            assert!(error.is_reported(), "{error:?}");
+        }
+        let input = [
+            CliError::NoProfile,
+            CliError::InvalidTime(-1.0),
+            CliError::UnknownProfile("nope".into()),
+            CliError::ServeExec,
+            CliError::Unreadable { count: 2 },
+        ];
+        for error in &input {
+            assert_eq!(error.exit_code(), 2, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_problem() {
+        assert_eq!(
+            CliError::UnknownProfile("nope".into()).to_string(),
+            "unknown profile \"nope\"; `kvcheck run --list` shows them"
+        );
+        assert_eq!(
+            CliError::InvalidTime(0.0).to_string(),
+            "--time must be a positive number of seconds, got 0"
+        );
+        assert_eq!(
+            CliError::from(UnknownVariant {
+                text: "sparse".into()
+            })
+            .to_string(),
+            "unknown variant \"sparse\": expected dense or packed"
+        );
+        assert!(!CliError::NoProfile.is_reported());
+    }
+}
