@@ -2,10 +2,10 @@
 //! in one run on the same cases.
 //!
 //! 30 cases of every profile are drawn once (fixed seed, at most 40 ops)
-//! and checked, round after round, against the model (`Oracle::Model`: the
+//! and checked, round after round, against the model (`Oracle::model()`: the
 //! lockstep driver, each op once on the model and once on the shipped
 //! cache, every view compared bit for bit) and against the subject itself
-//! (`Oracle::Relations(None)`: the original run and every instance of
+//! (`Oracle::relations(None)`: the original run and every instance of
 //! M1–M10, each view read back as bytes and compared pair by pair). Rounds
 //! alternate so that load from other processes hits both alike.
 //!
@@ -71,7 +71,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(4.0);
     let cases = cases();
-    let oracles = [Oracle::Model, Oracle::Relations(None)];
+    let oracles = [Oracle::model(), Oracle::relations(None)];
     let mut spent = [Duration::ZERO; 2];
     let mut work = [Work::default(); 2];
     let mut passes = [0usize; 2];

@@ -27,7 +27,7 @@ fn campaign(jobs: usize, cases: u64) -> Campaign {
         jobs,
         shard: Shard::ALL,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
     }
 }
 

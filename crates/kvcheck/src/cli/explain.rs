@@ -24,7 +24,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<(), CliError> {
     let mut trace = super::load_trace(&args.file)?;
     let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
-    if !oracle.is_model() {
+    if !oracle.stepwise() {
         return side_by_side(&args, &trace, &oracle);
     }
     let walk = walk(&trace, args.subject.spec()).map_err(|source| CliError::Walk {

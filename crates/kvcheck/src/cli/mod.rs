@@ -178,15 +178,8 @@ impl SubjectArgs {
     /// the timeout and kinds options too.
     pub fn oracle(&self) -> kvcheck::engine::oracle::Oracle {
         match &self.oracle {
-            None => kvcheck::engine::oracle::Oracle::Model,
-            Some(kvcheck::engine::oracle::Oracle::Subject(other)) => {
-                kvcheck::engine::oracle::Oracle::Subject(
-                    other
-                        .clone()
-                        .with_exec_options(self.subject_timeout, self.exact_kinds),
-                )
-            }
-            Some(oracle) => oracle.clone(),
+            None => kvcheck::engine::oracle::Oracle::model(),
+            Some(oracle) => oracle.with_exec_options(self.subject_timeout, self.exact_kinds),
         }
     }
 
@@ -201,7 +194,7 @@ impl SubjectArgs {
         let oracle = match &self.oracle {
             Some(_) => self.oracle(),
             None => kvcheck::engine::oracle::Oracle::for_trace(
-                &kvcheck::engine::oracle::Oracle::Model,
+                &kvcheck::engine::oracle::Oracle::model(),
                 trace.oracle.as_ref(),
             )?,
         };
@@ -232,7 +225,7 @@ pub fn trace_oracle(
 
 /// One line on stderr naming the oracle when it is not the model.
 pub fn announce_oracle(oracle: &kvcheck::engine::oracle::Oracle) {
-    if !oracle.is_model() {
+    if !oracle.is_default() {
         eprintln!("oracle {oracle} (no model: {})", oracle.describe());
     }
 }

@@ -75,15 +75,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    match (&args.oracle, plan(&args)) {
-        (kvcheck::engine::oracle::Oracle::Relations(only), Ok((_, targets))) => {
-            relations::measure(&args, *only, &targets)
-        }
-        (kvcheck::engine::oracle::Oracle::Subject(_), _) => Err(CliError::PowerOracle),
-        (_, plan) => {
+    let relations = args.oracle.relations_checked();
+    match (relations.as_slice(), plan(&args)) {
+        ([], _) if !args.oracle.stepwise() => Err(CliError::PowerOracle),
+        ([], plan) => {
             let (engines, targets) = plan?;
             measure(&args, &engines, &targets)
         }
+        (relations, Ok((_, targets))) => relations::measure(&args, relations, &targets),
+        (_, Err(e)) => Err(e),
     }
 }
 
@@ -186,7 +186,7 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> Result<(), Cl
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
     };
     let cells: Vec<(usize, Engine)> = rows
         .iter()

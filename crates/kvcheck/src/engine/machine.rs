@@ -455,11 +455,11 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Sui
         eprintln!("skipped: {unsupported}");
         return Ok(Coverage::default());
     }
-    if !settings.oracle.is_model() {
+    if !settings.oracle.stepwise() {
         let required = required_events(F::PROFILE, &capabilities);
         return crate::engine::oracle::check_cases(
             F::PROFILE,
-            CASE_DRAWS[profile_index(F::PROFILE)],
+            profile_index(F::PROFILE),
             settings,
             &required,
         );

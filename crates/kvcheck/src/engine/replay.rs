@@ -3,12 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::Device;
 use kvmodel::{Model, Op, Outcome};
 use serde::Serialize;
 
 use crate::check::divergence::{describe_outcome, Divergence};
-use crate::check::lockstep::{Lockstep, SetupError};
 use crate::check::trace::Trace;
 use crate::engine::oracle::Oracle;
 use crate::engine::relation::NotChecked;
@@ -123,7 +121,7 @@ pub fn replay(
     subject: Option<SubjectSpec>,
     failures: Option<&Path>,
 ) -> ReplayReport {
-    replay_with(trace, path, subject, failures, &Oracle::Model)
+    replay_with(trace, path, subject, failures, &Oracle::model())
 }
 
 /// [`replay`] against `oracle`: the model's lockstep driver, or, for
@@ -195,40 +193,19 @@ pub fn replay_with(
             return report;
         }
     };
-    if !oracle.is_model() {
+    if !oracle.is_default() {
         report.subject = Some(format!("{} (oracle {oracle})", subject.name(&trace.config)));
-        match oracle.check(&trace.config, &trace.ops, &subject) {
-            Err(NotChecked::Unsupported(e)) => report.skipped = Some(e.to_string()),
-            Err(e) => report.setup_error = Some(e.to_string()),
-            Ok(None) => {}
-            Ok(Some(mut divergence)) => {
-                if let Some(dir) = failures {
-                    // The report still stands if the copy cannot be written.
-                    let _ = divergence.save_in(dir);
-                }
-                report.divergence = Some(divergence);
-            }
-        }
-        return report;
     }
-    let device = Device::Cpu;
-    let lockstep = Lockstep::open(&trace.config, &subject, &device).and_then(|lockstep| {
-        lockstep
-            .capabilities()
-            .supports_trace(&trace.config, &trace.ops)?;
-        Ok(lockstep)
-    });
-    match lockstep {
-        Err(SetupError::Unsupported(e)) => report.skipped = Some(e.to_string()),
+    match oracle.check(&trace.config, &trace.ops, &subject) {
+        Err(NotChecked::Unsupported(e)) => report.skipped = Some(e.to_string()),
         Err(e) => report.setup_error = Some(e.to_string()),
-        Ok(mut lockstep) => {
-            if let Err(mut divergence) = lockstep.run(&trace.ops) {
-                if let Some(dir) = failures {
-                    // The report still stands if the copy cannot be written.
-                    let _ = divergence.save_in(dir);
-                }
-                report.divergence = Some(divergence);
+        Ok(None) => {}
+        Ok(Some(mut divergence)) => {
+            if let Some(dir) = failures {
+                // The report still stands if the copy cannot be written.
+                let _ = divergence.save_in(dir);
             }
+            report.divergence = Some(divergence);
         }
     }
     report

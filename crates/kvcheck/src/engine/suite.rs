@@ -177,7 +177,7 @@ pub fn save(
     max_tests: Option<usize>,
     path: &Path,
 ) -> Result<Saved, SaveError> {
-    save_with(trace, subject, &Oracle::Model, max_tests, path)
+    save_with(trace, subject, &Oracle::model(), max_tests, path)
 }
 
 /// [`save`] against `oracle` (or the one the trace names when `oracle` is

@@ -78,3 +78,48 @@ impl fmt::Debug for Factory {
             .finish_non_exhaustive()
     }
 }
+
+/// A kind of subject another crate adds: the forms `PREFIX:ARGS` (or
+/// `PREFIX` alone) that [`SubjectSpec::parse`](super::SubjectSpec::parse)
+/// hands to `parse` once the kind is [`register`]ed. The factory `parse`
+/// returns should be named by the same form, so that its name prints and
+/// parses back (every replay command kvcheck prints runs as printed).
+#[derive(Clone, Copy, Debug)]
+pub struct Kind {
+    /// The form's prefix, without the colon (`toy` for `toy:3`).
+    pub prefix: &'static str,
+    /// The subject of `ARGS` (empty for the bare prefix), or what was
+    /// expected instead.
+    pub parse: fn(&str) -> Result<Factory, KindArgs>,
+}
+
+/// A kind's arguments that name no subject: what the kind expected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected {expected}")]
+pub struct KindArgs {
+    /// The forms the kind takes, in words (`a capacity limit, toy:N`).
+    pub expected: String,
+}
+
+/// The kinds registered so far; read by every parse.
+static KINDS: std::sync::RwLock<Vec<Kind>> = std::sync::RwLock::new(Vec::new());
+
+/// Adds `kind` to the forms [`SubjectSpec::parse`](super::SubjectSpec::parse)
+/// takes, for the whole process (a kind registered twice is kept once).
+/// Built-in forms (`cache`, `exec:`, `fault:`, …) win over a kind with
+/// the same prefix.
+pub fn register(kind: Kind) {
+    let mut kinds = KINDS.write().unwrap_or_else(|e| e.into_inner());
+    if !kinds.iter().any(|k| k.prefix == kind.prefix) {
+        kinds.push(kind);
+    }
+}
+
+/// The factory of the registered kind `text` names: `None` when no kind
+/// has its prefix, else what the kind's parser says.
+pub fn parse_kind(text: &str) -> Option<Result<Factory, (String, KindArgs)>> {
+    let (prefix, args) = text.split_once(':').unwrap_or((text, ""));
+    let kinds = KINDS.read().unwrap_or_else(|e| e.into_inner());
+    let kind = kinds.iter().find(|k| k.prefix == prefix)?;
+    Some((kind.parse)(args).map_err(|why| (kind.prefix.to_string(), why)))
+}

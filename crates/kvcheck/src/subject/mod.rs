@@ -39,7 +39,7 @@ pub use exec::{
     ExecCache, ExecCommandError, ExecSubject, Hello, InvalidTimeout, OpLink, SubjectFailure,
     DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT, STDERR_LINES,
 };
-pub use factory::{Factory, OpenFn};
+pub use factory::{parse_kind, register, Factory, Kind, KindArgs, OpenFn};
 pub use faults::Fault;
 pub use reference::ReferenceCache;
 pub use shipped::{open_cache, open_cache_on, open_ring, ring_capabilities};
@@ -97,6 +97,16 @@ pub enum SubjectError {
     Unknown {
         /// The text given.
         text: String,
+    },
+    /// A registered kind ([`factory::register`]) refused its arguments.
+    #[error("{text:?} names no {kind} subject: {why}")]
+    Kind {
+        /// The kind's prefix.
+        kind: String,
+        /// The text given.
+        text: String,
+        /// What the kind expected.
+        why: KindArgs,
     },
 }
 
@@ -224,8 +234,16 @@ impl SubjectSpec {
                     }
                     return Ok(SubjectSpec::cache_fault(fault, base));
                 }
-                match name.and_then(CacheFault::from_name) {
-                    Some(fault) => Ok(SubjectSpec::CacheFault(fault)),
+                if let Some(fault) = name.and_then(CacheFault::from_name) {
+                    return Ok(SubjectSpec::CacheFault(fault));
+                }
+                match factory::parse_kind(text) {
+                    Some(Ok(factory)) => Ok(SubjectSpec::Factory(factory)),
+                    Some(Err((kind, why))) => Err(SubjectError::Kind {
+                        kind,
+                        text: text.to_string(),
+                        why,
+                    }),
                     None => Err(SubjectError::Unknown {
                         text: text.to_string(),
                     }),

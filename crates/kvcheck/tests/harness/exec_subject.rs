@@ -60,7 +60,7 @@ fn settings(cases: u32) -> SuiteSettings {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
     }
 }
 

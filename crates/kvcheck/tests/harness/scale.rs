@@ -248,7 +248,7 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
         jobs,
         shard: Shard::ALL,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
     };
     let one = campaign(1).run(None).unwrap();
     let three = campaign(3).run(None).unwrap();
@@ -258,7 +258,7 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
     // The first divergence is the lowest case index, whoever found it.
     let faulty = |jobs| Campaign {
         subject: SubjectSpec::Fault(Fault::StaleRewrite),
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
         cases: Some(40),
         ..campaign(jobs)
     };
@@ -294,7 +294,7 @@ fn parallel_failing_suites_keep_their_own_traces() {
                         max_ops: 24,
                         seed: Some(5),
                         subject: SubjectSpec::Fault(fault),
-                        oracle: kvcheck::engine::oracle::Oracle::Model,
+                        oracle: kvcheck::engine::oracle::Oracle::model(),
                     };
                     check_family::<Tiny>(&settings)
                         .expect_err("the fault is found")

@@ -27,7 +27,7 @@ fn campaign(subject: SubjectSpec, profiles: &[&str], cases: u64, jobs: usize) ->
         jobs,
         shard: Shard::ALL,
         subject,
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
     }
 }
 

@@ -19,7 +19,7 @@ fn default_budgets() -> SuiteSettings {
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
-        oracle: kvcheck::engine::oracle::Oracle::Model,
+        oracle: kvcheck::engine::oracle::Oracle::model(),
     }
 }
 

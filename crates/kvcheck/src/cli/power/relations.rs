@@ -15,12 +15,9 @@ use crate::cli::CliError;
 /// Longest op sequence of a drawn case.
 const MAX_OPS: usize = 40;
 
-pub fn measure(args: &Args, only: Option<Relation>, targets: &[Target]) -> Result<(), CliError> {
+pub fn measure(args: &Args, relations: &[Relation], targets: &[Target]) -> Result<(), CliError> {
     let started = Instant::now();
-    let relations: Vec<Relation> = match only {
-        Some(r) => vec![r],
-        None => Relation::ALL.to_vec(),
-    };
+    let relations = relations.to_vec();
     let rows: Vec<usize> = (0..targets.len())
         .filter(|&i| args.shard.contains(i))
         .collect();

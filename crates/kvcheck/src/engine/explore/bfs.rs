@@ -43,7 +43,6 @@ use super::{ExploreReport, Explorer};
 use crate::check::coverage::Coverage;
 use crate::check::divergence::{Divergence, DivergenceKind};
 use crate::check::lockstep::Lockstep;
-use crate::engine::oracle::Oracle;
 use crate::engine::triage::Triage;
 use crate::subject::{Capabilities, SubjectSpec};
 
@@ -130,9 +129,10 @@ impl<'e> Bfs<'e> {
         let device = Device::Cpu;
         // Another oracle than the model: the naive cache walks the states
         // and each sequence is checked against the oracle in `expand`.
-        let walker = match e.oracle {
-            Oracle::Model => &e.subject,
-            _ => &SubjectSpec::Reference,
+        let walker = if e.oracle.stepwise() {
+            &e.subject
+        } else {
+            &SubjectSpec::Reference
         };
         let mut run = Lockstep::open(&e.config, walker, &device)
             .map_err(|err| setup_divergence(e, err.to_string()))?;
@@ -350,7 +350,7 @@ impl<'e> Bfs<'e> {
     /// divergence).
     fn check_oracle(&self, path: &[Op], op: Op) -> Option<Box<Divergence>> {
         let e = self.explorer;
-        if e.oracle.is_model() {
+        if e.oracle.stepwise() {
             return None;
         }
         let ops: Vec<Op> = e.prefix.iter().chain(path).copied().chain([op]).collect();

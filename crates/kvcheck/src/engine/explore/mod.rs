@@ -96,7 +96,7 @@ impl Explorer {
             progress: None,
             jobs: 1,
             keep_going: false,
-            oracle: Oracle::Model,
+            oracle: Oracle::model(),
         }
     }
 

@@ -229,7 +229,7 @@ pub fn minimize_keeping(
     max_tests: usize,
     keep: impl Fn(&Divergence) -> bool + 'static,
 ) -> Result<Minimized, MinimizeError> {
-    let oracle = Oracle::for_trace(&Oracle::Model, trace.oracle.as_ref())
+    let oracle = Oracle::for_trace(&Oracle::model(), trace.oracle.as_ref())
         .map_err(|e| MinimizeError::Setup(format!("the trace's oracle: {e}")))?;
     minimize_general(trace, subject, &oracle, max_tests, keep)
 }
@@ -261,10 +261,7 @@ fn minimize_general(
         ops: trace.ops.len(),
     })?;
     // Only the relation that failed needs to keep failing.
-    let oracle = match (oracle, divergence.kind) {
-        (Oracle::Relations(None), DivergenceKind::Relation(r)) => Oracle::Relations(Some(r)),
-        (oracle, _) => oracle.clone(),
-    };
+    let oracle = oracle.narrowed(&divergence);
     let before = Size::of(&trace.config, &trace.ops);
     let mut state = Reducer {
         subject,
@@ -311,7 +308,7 @@ fn minimize_general(
     });
     let after = state.size();
     let mut trace_out = Trace::new(state.config.clone(), state.ops.clone());
-    if state.oracle.is_model() {
+    if state.oracle.stepwise() {
         trace_out = trace_out.with_model_expect();
     } else {
         trace_out.oracle = state.divergence.trace.oracle.clone();

@@ -45,7 +45,7 @@ impl Reducer {
         d: Box<Divergence>,
     ) -> (Vec<Op>, Box<Divergence>) {
         let cut = ops[..=d.step.min(ops.len() - 1)].to_vec();
-        if self.oracle.is_model() || cut.len() == ops.len() || self.exhausted() {
+        if self.oracle.stepwise() || cut.len() == ops.len() || self.exhausted() {
             return (cut, d);
         }
         self.tests += 1;

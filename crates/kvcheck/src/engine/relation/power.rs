@@ -117,10 +117,7 @@ pub fn catch_on(
             row.seconds = started.elapsed().as_secs_f64();
             row.caught = Some(divergence.kind);
             row.note = divergence.summary();
-            let oracle = match divergence.kind {
-                DivergenceKind::Relation(r) => Oracle::Relations(Some(r)),
-                _ => Oracle::Relations(None),
-            };
+            let oracle = Oracle::relations(None).narrowed(&divergence);
             if let Ok(m) =
                 minimize_with(&divergence.trace, subject.clone(), &oracle, MINIMIZE_TESTS)
             {

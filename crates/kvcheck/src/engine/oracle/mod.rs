@@ -1,0 +1,440 @@
+//! What a subject is checked against: the reference model, its own
+//! transformed runs (relations, docs/contract.md §9), or another subject.
+//!
+//! Every engine asks one question of a trace, [`Oracle::check`]: does the
+//! subject diverge, and where? An [`Oracle`] is a handle on a [`Judge`],
+//! and engines hand traces to it without knowing which judge it is. Three
+//! are built in, one file each: [`model`] (the lockstep driver,
+//! [`crate::check::lockstep::Lockstep`], op by op against the model),
+//! [`relations`] (the relations of [`crate::engine::relation`], which need
+//! no model and so check caches whose contract is not the project's) and
+//! [`differential`] (the same steps on another implementation). The
+//! command line takes `--oracle model|self|self:M9|SUBJECT`
+//! (`KVCHECK_ORACLE`), parsed by the first entry of [`PARSERS`] that knows
+//! the form; a trace saved from a relation or differential failure names
+//! its oracle ([`crate::check::trace::OracleTag`]), so replaying it checks
+//! the same thing again.
+//!
+//! A new oracle is a file with a [`Judge`] and, for the command line, one
+//! line in [`PARSERS`]; a judge in another crate is handed to the engines
+//! as [`Oracle::new`] without any line here.
+
+pub mod differential;
+pub mod model;
+pub mod relations;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvmodel::{Config, Model, Op};
+use proptest::test_runner::TestRunner;
+
+use crate::check::coverage::{Before, Coverage};
+use crate::check::divergence::Divergence;
+use std::path::PathBuf;
+
+use crate::check::trace::{OracleKind, OracleTag};
+use crate::engine::machine::{CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
+use crate::engine::minimize::{max_tests_default, minimize_with};
+use crate::engine::relation::{self, Finding, NotChecked, Relation, Work};
+use crate::engine::strategy::Profile;
+use crate::subject::SubjectSpec;
+
+/// What judges a subject's runs. Engines know an oracle only through
+/// this: they draw traces, hand them to [`Judge::check`], and minimize,
+/// replay, explain and save what it returns.
+pub trait Judge: fmt::Debug + Send + Sync {
+    /// The form the command line parses back to this judge (`model`,
+    /// `self:M9`, a subject's form).
+    fn name(&self) -> String;
+
+    /// What it compares, in words, for reports.
+    fn describe(&self) -> String;
+
+    /// The `oracle` field of a trace this judge found failing, so that
+    /// replaying the file checks the same thing (none: the model, which
+    /// every engine uses when a trace names nothing).
+    fn tag(&self) -> Option<OracleTag>;
+
+    /// Whether it judges op by op, each op as soon as it is applied, so
+    /// that nothing after the op that diverged can matter: minimizers cut
+    /// the trace there, the explorer and the suites step the lockstep
+    /// driver instead of checking whole traces, and a saved trace carries
+    /// the model's expected outcomes. Only the model does.
+    fn stepwise(&self) -> bool {
+        false
+    }
+
+    /// Checks `ops` on `config` with `subject` and returns the first
+    /// divergence; `work` counts the runs and ops spent (and what each
+    /// relation judged). A subject that cannot run the trace (refuses the
+    /// config, lacks a capability) is [`NotChecked`].
+    fn check(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+        work: &mut Work,
+    ) -> Result<Option<Box<Divergence>>, NotChecked>;
+
+    /// The failure of `ops` with both runs, for a side-by-side explanation
+    /// (`None` when it passes). A judge with no second run says so (the
+    /// model's explanation is the walk of [`crate::engine::explain`]).
+    fn find(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+        work: &mut Work,
+    ) -> Result<Option<Finding>, NotChecked> {
+        let _ = (config, ops, subject, work);
+        Err(NotChecked::Setup(format!(
+            "oracle {} shows no second run; explain walks it step by step",
+            self.name()
+        )))
+    }
+
+    /// The judge a minimizer keeps for `divergence`: a narrower one that
+    /// judges only what failed (one relation of all), or none to keep
+    /// this one.
+    fn narrowed(&self, divergence: &Divergence) -> Option<Oracle> {
+        let _ = divergence;
+        None
+    }
+
+    /// Draws case `profile` from `runner` for this judge: by default as
+    /// every engine draws it ([`CASE_DRAWS`]); a judge whose power
+    /// depends on the traces it gets shapes them into its domain.
+    fn draw(
+        &self,
+        profile: usize,
+        runner: &mut TestRunner,
+        max_ops: usize,
+        subject: &SubjectSpec,
+    ) -> Result<(Config, Vec<Op>), CaseError> {
+        CASE_DRAWS[profile](runner, max_ops, subject)
+    }
+
+    /// This judge with a process subject's timeout and kinds options
+    /// applied to any subject it runs of its own (none to keep it).
+    fn with_exec_options(&self, timeout: Option<Duration>, exact_kinds: bool) -> Option<Oracle> {
+        let _ = (timeout, exact_kinds);
+        None
+    }
+
+    /// The relations it checks (none for a judge that is no relation):
+    /// what `kvcheck power --oracle self` measures.
+    fn relations(&self) -> Vec<Relation> {
+        Vec::new()
+    }
+}
+
+/// An oracle: a shared handle on a [`Judge`] (see the module docs). Two
+/// oracles are equal when they print the same.
+#[derive(Clone)]
+pub struct Oracle(Arc<dyn Judge>);
+
+/// The forms `--oracle` and `KVCHECK_ORACLE` take, one parser per oracle:
+/// each returns `None` for a form it does not know. The first that knows
+/// it decides; the differential oracle, which takes any subject form,
+/// comes last.
+pub const PARSERS: [Parser; 3] = [model::parse, relations::parse, differential::parse];
+
+/// An oracle's parser: the oracle a form names, `None` for a form it does
+/// not know.
+pub type Parser = fn(&str) -> Option<Result<Oracle, relation::OracleError>>;
+
+impl Oracle {
+    /// An oracle judged by `judge` (a judge of another crate included).
+    pub fn new(judge: impl Judge + 'static) -> Oracle {
+        Oracle(Arc::new(judge))
+    }
+
+    /// The reference model, op by op (`model`, the default).
+    pub fn model() -> Oracle {
+        Oracle::new(model::ModelJudge)
+    }
+
+    /// The subject's own transformed runs: every relation (`self`) or one
+    /// (`self:M9`).
+    pub fn relations(only: Option<Relation>) -> Oracle {
+        Oracle::new(relations::RelationsJudge { only })
+    }
+
+    /// Another implementation (`cache:ring`, `exec:…`, any subject form).
+    pub fn subject(other: SubjectSpec) -> Oracle {
+        Oracle::new(differential::DifferentialJudge { other })
+    }
+
+    /// Parses `model`, `self`, `self:M9` (or `self:refusal-pure`), or any
+    /// form [`SubjectSpec::parse`] takes ([`PARSERS`]).
+    pub fn parse(text: &str) -> Result<Oracle, relation::OracleError> {
+        let text = text.trim();
+        PARSERS
+            .iter()
+            .find_map(|parse| parse(text))
+            .unwrap_or_else(|| {
+                Err(relation::OracleError::UnknownRelation {
+                    name: text.to_string(),
+                })
+            })
+    }
+
+    /// `KVCHECK_ORACLE` (any form [`Oracle::parse`] takes), else the model.
+    pub fn from_env() -> Result<Oracle, relation::OracleEnvError> {
+        match std::env::var("KVCHECK_ORACLE") {
+            Err(_) => Ok(Oracle::model()),
+            Ok(text) => Oracle::parse(&text).map_err(|source| relation::OracleEnvError { source }),
+        }
+    }
+
+    /// The oracle a trace's `oracle` field names.
+    pub fn of_tag(tag: &OracleTag) -> Result<Oracle, relation::OracleError> {
+        match tag.kind {
+            OracleKind::SelfCheck => Ok(Oracle::relations(tag.relation)),
+            OracleKind::Subject => {
+                let subject = tag.subject.as_deref().unwrap_or_default();
+                SubjectSpec::parse(subject)
+                    .map(Oracle::subject)
+                    .map_err(relation::OracleError::TraceSubject)
+            }
+        }
+    }
+
+    /// The oracle to check a trace with: `chosen` when the command line or
+    /// the environment chose one other than the model, else the one the
+    /// trace names, else the model.
+    pub fn for_trace(
+        chosen: &Oracle,
+        tag: Option<&OracleTag>,
+    ) -> Result<Oracle, relation::OracleError> {
+        match tag {
+            Some(tag) if chosen.is_default() => Oracle::of_tag(tag),
+            _ => Ok(chosen.clone()),
+        }
+    }
+
+    /// Whether this is the default oracle (the model), which a trace's
+    /// own `oracle` field overrides.
+    pub fn is_default(&self) -> bool {
+        self.0.stepwise() && self.0.tag().is_none()
+    }
+
+    /// What the oracle compares, in words, for reports.
+    pub fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    /// The `oracle` field of a trace checked against this (none for the
+    /// model).
+    pub fn tag(&self) -> Option<OracleTag> {
+        self.0.tag()
+    }
+
+    /// See [`Judge::stepwise`].
+    pub fn stepwise(&self) -> bool {
+        self.0.stepwise()
+    }
+
+    /// See [`Judge::relations`].
+    pub fn relations_checked(&self) -> Vec<Relation> {
+        self.0.relations()
+    }
+
+    /// See [`Judge::narrowed`]: the oracle to keep while minimizing
+    /// `divergence`.
+    pub fn narrowed(&self, divergence: &Divergence) -> Oracle {
+        self.0.narrowed(divergence).unwrap_or_else(|| self.clone())
+    }
+
+    /// See [`Judge::with_exec_options`].
+    pub fn with_exec_options(&self, timeout: Option<Duration>, exact_kinds: bool) -> Oracle {
+        self.0
+            .with_exec_options(timeout, exact_kinds)
+            .unwrap_or_else(|| self.clone())
+    }
+
+    /// See [`Judge::draw`].
+    pub fn draw(
+        &self,
+        profile: usize,
+        runner: &mut TestRunner,
+        max_ops: usize,
+        subject: &SubjectSpec,
+    ) -> Result<(Config, Vec<Op>), CaseError> {
+        self.0.draw(profile, runner, max_ops, subject)
+    }
+
+    /// Checks `ops` on `config` with `subject` against this oracle and
+    /// returns the first divergence. A subject that cannot run the trace
+    /// (refuses the config, lacks a capability) is [`NotChecked`].
+    pub fn check(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+    ) -> Result<Option<Box<Divergence>>, NotChecked> {
+        self.check_counted(config, ops, subject, &mut Work::default())
+    }
+
+    /// [`Oracle::check`], counting the subject runs and ops spent.
+    pub fn check_counted(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+        work: &mut Work,
+    ) -> Result<Option<Box<Divergence>>, NotChecked> {
+        self.0.check(config, ops, subject, work)
+    }
+
+    /// The failure of `ops` with both runs, for a side-by-side explanation
+    /// (`None` when it passes); see [`Judge::find`].
+    pub fn find(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+    ) -> Result<Option<Finding>, NotChecked> {
+        self.0.find(config, ops, subject, &mut Work::default())
+    }
+}
+
+impl Default for Oracle {
+    /// The model.
+    fn default() -> Oracle {
+        Oracle::model()
+    }
+}
+
+impl fmt::Debug for Oracle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Oracle({})", self.0.name())
+    }
+}
+
+impl PartialEq for Oracle {
+    fn eq(&self, other: &Oracle) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl fmt::Display for Oracle {
+    /// The form [`Oracle::parse`] takes back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.name())
+    }
+}
+
+impl std::str::FromStr for Oracle {
+    type Err = relation::OracleError;
+
+    fn from_str(text: &str) -> Result<Oracle, relation::OracleError> {
+        Oracle::parse(text)
+    }
+}
+
+/// Draws case `profile` from `runner` (as the campaign and the suites do)
+/// and checks it against `oracle`. A stepwise oracle (the model) runs the
+/// lockstep case runner; otherwise the oracle draws the trace
+/// ([`Judge::draw`]: the relations shape it into their domains) and checks
+/// it whole, its coverage labelled from the model alone and what each
+/// relation judged counted.
+pub fn run_case(
+    profile: usize,
+    runner: &mut TestRunner,
+    max_ops: usize,
+    subject: &SubjectSpec,
+    oracle: &Oracle,
+) -> Result<CaseOutcome, CaseError> {
+    if oracle.stepwise() {
+        return CASE_RUNNERS[profile](runner, max_ops, subject);
+    }
+    let (config, ops) = oracle.draw(profile, runner, max_ops, subject)?;
+    let mut work = Work::default();
+    let divergence = oracle.check_counted(&config, &ops, subject, &mut work)?;
+    Ok(CaseOutcome {
+        ops_checked: ops.len(),
+        coverage: model_coverage(&config, &ops),
+        divergence,
+        judged: work.judged,
+    })
+}
+
+/// The events `ops` reach on the model (what the lockstep driver labels).
+pub fn model_coverage(config: &Config, ops: &[Op]) -> Coverage {
+    let mut coverage = Coverage::default();
+    let Ok(mut model) = Model::new(config) else {
+        return coverage;
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let before = Before::of(&model);
+        let outcome = model.apply(i as u64, op).into();
+        coverage.observe_from(&before, &model, op, &outcome);
+    }
+    coverage
+}
+
+/// The suite of one profile against an oracle that judges whole traces:
+/// `settings.cases` sequences of profile number `index` drawn by the
+/// oracle (seeded like the lockstep suites), each checked whole. The first divergence is minimized against
+/// the same oracle, saved under `target/kvcheck-failures/` and returned as
+/// the message; otherwise the coverage, which must reach `required`.
+pub fn check_cases(
+    profile: &Profile,
+    index: usize,
+    settings: &SuiteSettings,
+    required: &[&str],
+) -> Result<Coverage, crate::engine::machine::SuiteError> {
+    let subject = &settings.subject;
+    let mut runner = TestRunner::new(settings.proptest_config(profile));
+    let mut coverage = Coverage::default();
+    for case in 0..settings.cases {
+        let (config, ops) = settings
+            .oracle
+            .draw(index, &mut runner, settings.max_ops, subject)?;
+        let found = settings
+            .oracle
+            .check(&config, &ops, subject)
+            .map_err(|source| crate::engine::machine::SuiteError::NotChecked {
+                profile: profile.name,
+                source,
+            })?;
+        coverage.merge(&model_coverage(&config, &ops));
+        let Some(found) = found else { continue };
+        let trace = found.trace.clone();
+        let small = minimize_with(
+            &trace,
+            subject.clone(),
+            &settings.oracle,
+            max_tests_default(),
+        )
+        .map(|m| m.divergence)
+        .unwrap_or(found);
+        let mut small = small;
+        let dir =
+            PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
+                .join("kvcheck-failures");
+        let saved = small.save_in(&dir).map(|path| path.display().to_string());
+        return Err(crate::engine::machine::SuiteError::OracleDiverged {
+            profile: profile.name,
+            case,
+            cases: settings.cases,
+            subject: subject.name(&config),
+            oracle: settings.oracle.to_string(),
+            divergence: small,
+            trace: saved.unwrap_or_else(|e| format!("(not saved: {e})")),
+        });
+    }
+    let missing = coverage.missing(required);
+    if !missing.is_empty() {
+        return Err(crate::engine::machine::SuiteError::EventsMissed {
+            profile: profile.name,
+            cases: settings.cases,
+            missing: missing.iter().map(|e| e.to_string()).collect(),
+            coverage: None,
+        });
+    }
+    Ok(coverage)
+}

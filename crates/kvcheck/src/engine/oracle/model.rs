@@ -1,0 +1,59 @@
+//! The reference model as an oracle: every op of a trace applied to the
+//! model and to the subject in lockstep ([`Lockstep`]), outcomes, global
+//! ends, capacity, resident bytes and views compared bit for bit as each
+//! op is applied. The default oracle, and the only stepwise one.
+
+use candle_core::Device;
+use kvmodel::{Config, Op};
+
+use super::{Judge, Oracle};
+use crate::check::divergence::Divergence;
+use crate::check::lockstep::{Lockstep, SetupError};
+use crate::check::trace::OracleTag;
+use crate::engine::relation::{NotChecked, OracleError, Work};
+use crate::subject::SubjectSpec;
+
+/// The reference model, op by op (`model`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelJudge;
+
+/// `model` (or nothing at all).
+pub fn parse(text: &str) -> Option<Result<Oracle, OracleError>> {
+    matches!(text, "model" | "").then(|| Ok(Oracle::model()))
+}
+
+impl Judge for ModelJudge {
+    fn name(&self) -> String {
+        "model".to_string()
+    }
+
+    fn describe(&self) -> String {
+        "every op against the reference model".to_string()
+    }
+
+    fn tag(&self) -> Option<OracleTag> {
+        None
+    }
+
+    fn stepwise(&self) -> bool {
+        true
+    }
+
+    fn check(
+        &self,
+        config: &Config,
+        ops: &[Op],
+        subject: &SubjectSpec,
+        work: &mut Work,
+    ) -> Result<Option<Box<Divergence>>, NotChecked> {
+        let mut lockstep = Lockstep::open(config, subject, &Device::Cpu).map_err(|e| match e {
+            SetupError::Unsupported(e) => NotChecked::Unsupported(e),
+            e => NotChecked::Setup(e.to_string()),
+        })?;
+        lockstep.capabilities().supports_trace(config, ops)?;
+        let result = lockstep.run(ops).err();
+        work.runs += 1;
+        work.ops += lockstep.ops().len();
+        Ok(result)
+    }
+}
