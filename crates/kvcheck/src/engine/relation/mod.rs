@@ -257,13 +257,30 @@ pub fn find(
                 // Outside the relation's domain on this subject.
                 continue;
             }
+            // The side compared with: the original run, or the instance's
+            // own base run (the same ops with other payloads).
+            let based;
+            let reference = match instance.base {
+                Some(plan) => {
+                    let run = run_counted(subject, &plan, work)?;
+                    work.judged.ops[relation.index()] += run.seen.len() as u64;
+                    based = Side {
+                        title: "the same ops with the rewrite's rows appended".to_string(),
+                        plan,
+                        run,
+                    };
+                    &based
+                }
+                None => &left,
+            };
             if !judged {
                 judged = true;
                 work.judged.cases[relation.index()] += 1;
             }
             work.judged.ops[relation.index()] += other.seen.len() as u64;
-            let mismatch = first_mismatch(config, &run, &other, &instance.pairs, compared);
-            if mismatch.is_none() && other.failure.is_none() {
+            let mismatch =
+                first_mismatch(config, &reference.run, &other, &instance.pairs, compared);
+            if mismatch.is_none() && other.failure.is_none() && reference.run.failure.is_none() {
                 continue;
             }
             let right = Side {
@@ -272,7 +289,14 @@ pub fn find(
                 run: other,
             };
             let tag = OracleTag::relation(relation);
-            let mut finding = settle(left, right, instance.pairs, mismatch, &name, tag);
+            let mut finding = settle(
+                reference.clone(),
+                right,
+                instance.pairs,
+                mismatch,
+                &name,
+                tag,
+            );
             if finding.mismatch.is_some() {
                 finding.divergence.kind = DivergenceKind::Relation(relation);
             }

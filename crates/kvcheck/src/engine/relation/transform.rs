@@ -49,6 +49,10 @@ pub struct Instance {
     pub what: String,
     /// The transformed plan.
     pub plan: Plan,
+    /// The plan the transformed one is compared with when it is not the
+    /// original (the same ops, other payloads: M10 projected onto an
+    /// append that no rewrite follows); `pairs` then index it.
+    pub base: Option<Plan>,
     /// Corresponding steps, in original order.
     pub pairs: Vec<Pair>,
     /// Transformed steps that must succeed for the relation to apply (the
@@ -165,21 +169,23 @@ fn candidates(
                 .collect()
         }
         Relation::RefusalPure => indices.filter(|&i| run.seen[i].is_refused()).collect(),
-        Relation::LastWriteWins => indices
-            .filter(|&i| {
-                let (Some(append), Some(rewrite)) =
-                    (is_write(&steps[i]), steps.get(i + 1).and_then(is_write))
-                else {
-                    return false;
-                };
-                append == rewrite
-                    && append.len >= 1
-                    && append.start >= 0
-                    && append.start as u64 == run.global_end_before(i)
-                    && ok(i)
-                    && ok(i + 1)
-            })
-            .collect(),
+        Relation::LastWriteWins => {
+            let append = |i: usize| {
+                is_write(&steps[i]).is_some_and(|w| {
+                    w.len >= 1 && w.start >= 0 && w.start as u64 == run.global_end_before(i)
+                }) && ok(i)
+            };
+            let rewritten =
+                |i: usize| steps.get(i + 1).and_then(is_write) == is_write(&steps[i]) && ok(i + 1);
+            let (pairs, lone): (Vec<usize>, Vec<usize>) =
+                indices.filter(|&i| append(i)).partition(|&i| rewritten(i));
+            // An accepted append that no rewrite follows is projected into
+            // the domain (candidate `steps.len() + i`): one is added.
+            pairs
+                .into_iter()
+                .chain(lone.into_iter().map(|i| steps.len() + i))
+                .collect()
+        }
     }
 }
 
@@ -266,11 +272,12 @@ fn insert_pairs(mut pairs: Vec<Pair>, pair: Pair) -> Vec<Pair> {
 
 fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Option<Instance> {
     let config = &original.config;
-    // M1's projected candidate is `n`, one past the last step; its arm
-    // uses no step of its own.
+    // M1's projected candidate is `n`, one past the last step, and M10's
+    // are `n + i`: their arms read the steps they need themselves.
     let step = *original.steps.get(at).or(original.steps.last())?;
     let n = original.steps.len();
     let mut required = Vec::new();
+    let mut base = None;
     let (what, plan, pairs) = match relation {
         Relation::ResetIsFresh if at == n => {
             // The trace run again after a history of its own ops (with
@@ -516,6 +523,34 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
             let (plan, pairs) = splice(original, at, Vec::new());
             (format!("without op {at}, which was refused"), plan, pairs)
         }
+        Relation::LastWriteWins if at >= n => {
+            // Append `i` carries other rows (`base`) against the original
+            // append followed by a rewrite of exactly its rows with those.
+            let i = at - n;
+            let other = Payload::of(FRESH_SOURCE - 3);
+            let mut with_rows = original.clone();
+            with_rows.steps[i].payload = other;
+            let rewrite = Step {
+                op: original.steps[i].op,
+                payload: other,
+            };
+            let (plan, pairs) = splice(original, i, vec![original.steps[i], rewrite]);
+            let pairs = insert_pairs(
+                pairs,
+                Pair {
+                    original: i,
+                    transformed: i + 1,
+                    part: Part::Whole,
+                },
+            );
+            base = Some(with_rows);
+            required.push(i + 1);
+            (
+                format!("op {i} rewritten at once with other rows, against op {i} appending them"),
+                plan,
+                pairs,
+            )
+        }
         Relation::LastWriteWins => {
             // Op `at + 1` rewrites exactly the rows op `at` appended: drop
             // it and let the append carry its rows.
@@ -547,6 +582,7 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
         relation,
         what,
         plan,
+        base,
         pairs,
         required,
     })
