@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 import kvcheck
 from kvcheck.torch import TappedSubject
 
@@ -43,6 +45,7 @@ class TappedToy(TappedSubject):
         return cls(args.bug, args.masked, args.blocks)
 
     def open(self, config: dict) -> None:
+        torch.set_num_threads(1)  # tiny tensors: threads only cost time
         if config["window"] not in (None, config["capacity"]) or config["growth"] or config["global_sink"]:
             raise kvcheck.Refused("invalid_config", "the toy has no window, growth or global sink")
         self.pipeline = ToyPipeline(

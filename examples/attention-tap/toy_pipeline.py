@@ -89,8 +89,12 @@ class CausalSelfAttention(nn.Module):
                 kv_cache[name][:, roll_from:roll_from + num_rolled_tokens] = kv_cache[name][
                     :, roll_from + num_evicted_tokens:roll_from + num_evicted_tokens + num_rolled_tokens
                 ].clone()
-        local_end_index = local_end + current_end - global_end - num_evicted_tokens
-        local_start_index = local_end_index - n
+        if current_end <= sink_tokens:
+            # Sink frames stay in their own slots.
+            local_start_index, local_end_index = current_start, current_end
+        else:
+            local_end_index = local_end + current_end - global_end - num_evicted_tokens
+            local_start_index = local_end_index - n
         kv_cache["k"][:, local_start_index:local_end_index] = k
         kv_cache["v"][:, local_start_index:local_end_index] = v
         kv_cache["global_end_index"] = max(global_end, current_end)
@@ -107,7 +111,7 @@ class CausalSelfAttention(nn.Module):
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask
         )
-        return x + self.o(out.transpose(1, 2).reshape(b, n, -1))
+        return x + self.o(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
 
 class ToyTransformer(nn.Module):
