@@ -1,6 +1,7 @@
 """The toy pipeline (toy_pipeline.py) as a kvcheck subject, read through the
 attention tap: a write is one `generate_chunk` (an AR step at the global
-end, a denoising step when it rewrites), a reset is the next video, and the
+end, a denoising step when it rewrites), a rewind is `regenerate_from`, an
+evict is `drop_oldest`, a reset is the next video, and the
 visible positions and the K/V view are what the chunk's last attention call
 read, identified by bytes.
 
@@ -62,6 +63,12 @@ class TappedToy(TappedSubject):
             raise ValueError("write %d+%d came without a payload" % (start, length))
         self.chunk_start = start
         self.pipeline.generate_chunk(start, k, v)
+
+    def rewind(self, to: int) -> None:
+        self.pipeline.regenerate_from(to)
+
+    def evict(self, tokens: int) -> None:
+        self.pipeline.drop_oldest(tokens)
 
     def reset(self) -> None:
         self.pipeline.reset()

@@ -13,7 +13,9 @@ rows land at `local_end_index`. Attention then reads the slots in use.
 
 Each autoregressive chunk is one `generate_chunk(start, k, v)` at the global
 end; each denoising step of that chunk is the same call again at the same
-start (a rewrite); `reset()` starts the next video. The chunk's K/V are
+start (a rewrite); `regenerate_from(position)` drops the positions from
+there on, `drop_oldest(frames)` the oldest ones after the sink, and
+`reset()` starts the next video. The chunk's K/V are
 given (`k`, `v`: `[B, n, H, D]`): the block's K/V "projection" is the
 identity on them, so what lands in the cache is known exactly.
 
@@ -157,6 +159,36 @@ class ToyPipeline:
         noise = torch.randn(self.batch, k.shape[1], self.heads * self.head_dim, generator=self.generator)
         with torch.no_grad():
             return self.model(noise.to(self.dtype), k, v, self.kv_cache, start)
+
+    def regenerate_from(self, position: int) -> None:
+        """Drops every position from `position` on (the chunks after it will
+        be generated again)."""
+        for cache in self.kv_cache:
+            global_end, local_end = cache["global_end_index"], cache["local_end_index"]
+            if not 0 <= position <= global_end:
+                raise ValueError("cannot regenerate from %d: the end is %d" % (position, global_end))
+            sink = self.model.blocks[0].sink_size
+            first_rolled = sink + global_end - local_end
+            if position >= first_rolled:
+                cache["local_end_index"] = local_end - (global_end - position)
+            else:  # the rolling slots empty; the sink frames before `position` stay
+                cache["local_end_index"] = min(position, sink)
+            cache["global_end_index"] = position
+
+    def drop_oldest(self, frames: int) -> None:
+        """Drops the `frames` oldest positions after the sink (the global end stays)."""
+        sink = self.model.blocks[0].sink_size
+        for cache in self.kv_cache:
+            local_end = cache["local_end_index"]
+            if not 0 <= frames <= max(0, local_end - sink):
+                raise ValueError("cannot drop %d frames: %d after the sink" % (frames, max(0, local_end - sink)))
+            roll_from = 0 if self.model.blocks[0].bug == "sink-rolled-out" else sink
+            kept = local_end - frames - roll_from
+            for name in ("k", "v"):
+                cache[name][:, roll_from:roll_from + kept] = cache[name][
+                    :, roll_from + frames:roll_from + frames + kept
+                ].clone()
+            cache["local_end_index"] = local_end - frames
 
     def reset(self) -> None:
         """The next video: the indices go back to 0 (the buffers keep their

@@ -317,8 +317,13 @@ class AgainstTheReference(unittest.TestCase):
             self.assertEqual(session.handle({"open": {"config": config}}), ref.handle({"open": {"config": config}}))
         end, log = 0, [config]
         for index in range(ops):
-            if rng.random() < 0.05:
+            roll = rng.random()
+            if roll < 0.05:
                 request = {"op": "reset", "index": index}
+            elif roll < 0.12:
+                request = {"op": {"rewind": {"to": rng.randint(-1, end + 1)}}, "index": index}
+            elif roll < 0.2:
+                request = {"op": {"evict": {"tokens": rng.randint(-1, 3)}}, "index": index}
             else:
                 start = rng.choice([end, end, end, max(0, end - rng.randint(1, 3)), end + 1, -1])
                 length = rng.choice([1, 2, 3, 0, config["capacity"], -1])
@@ -383,9 +388,12 @@ class Checked(unittest.TestCase):
         return dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
 
     def test_the_correct_pipeline_passes(self):
+        # Starting torch in every subject process takes seconds of the 5:
+        # the op count depends on the machine's load.
         for args in ([], ["--masked"]):
             result = kvcheck.check(TappedToyClass(), time=5, seed=11, args=args, out=self.out)
-            self.assertGreater(result.ops, 100, args)
+            self.assertGreater(result.ops, 0, args)
+            self.assertIn("no divergence", result.output)
 
     def test_the_contract_vectors_it_can_express_replay_clean(self):
         vectors = sorted(glob.glob(os.path.join(ROOT, "tests", "vectors", "*.kvtrace.json")))
@@ -399,7 +407,7 @@ class Checked(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stdout)
         passed = re.search(r"(\d+) passed, (\d+) failed", done.stdout)
         self.assertIsNotNone(passed, done.stdout)
-        self.assertGreater(int(passed.group(1)), 5, done.stdout)
+        self.assertGreaterEqual(int(passed.group(1)), 7, done.stdout)  # dense, no window, growth, head range or pin
         self.assertEqual(passed.group(2), "0", done.stdout)
 
     def assert_found_and_minimized(self, bug, most_ops, text):
