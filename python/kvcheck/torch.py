@@ -75,8 +75,8 @@ def import_torch() -> Any:
 
 
 class UnknownRows(RuntimeError):
-    """Attention read keys whose rows match no produced row: a corrupted or
-    stale row, or a slot that was never written."""
+    """Attention read keys whose rows match no produced row: a corrupted
+    row, a slot that was never written, or a row of a forgotten video."""
 
     def __init__(self, observation: "Observation") -> None:
         self.observation = observation
