@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use kvcheck::engine::machine::CASE_DRAWS;
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::relation::{domain, Work};
+use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::{Config, Op};
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
@@ -71,7 +72,13 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(4.0);
     let cases = cases();
-    let oracles = [Oracle::model(), Oracle::relations(None)];
+    // The knobs, read once here: `KVCHECK_RELATION_INSTANCES` sets the
+    // transformed runs per relation.
+    let settings = Settings::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let oracles = [
+        Oracle::model(),
+        settings.configure_oracle(&Oracle::relations(None)),
+    ];
     let mut spent = [Duration::ZERO; 2];
     let mut work = [Work::default(); 2];
     let mut passes = [0usize; 2];

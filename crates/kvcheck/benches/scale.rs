@@ -9,8 +9,9 @@
 use std::time::{Duration, Instant};
 
 use kvcheck::engine::explore::{grid, Alphabet, Explorer};
-use kvcheck::engine::scale::{available_cores, default_jobs, Campaign, Shard};
+use kvcheck::engine::scale::{available_cores, Campaign, Shard};
 use kvcheck::engine::strategy::PROFILES;
+use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::Config;
 use rayon::prelude::*;
@@ -143,7 +144,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let all = default_jobs().max(available_cores());
+    // The knobs, read once here: `KVCHECK_JOBS` may ask for more workers
+    // than there are cores.
+    let settings = Settings::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let all = settings.workers().max(available_cores());
     let rounds = if quick { 1 } else { 3 };
     println!(
         "scale: 1 worker vs {all} workers ({} cores available), load average {} before",

@@ -1,16 +1,29 @@
-//! Every knob of kvcheck in one table, in the manner of proptest's
-//! `Config`: its environment variable, its default, what it sets, and one
-//! parse policy for all of them. A variable that is set but does not parse
-//! is an error naming the variable and the value, at every entry point (the
-//! `kvcheck` binary checks the whole table before it runs a command; the
-//! property suites read theirs through [`crate::engine::machine::SuiteSettings`]).
-//! Never a silent fallback to the default.
+//! Every knob of kvcheck, in the manner of proptest's `Config`: the table
+//! [`KNOBS`] (each knob's environment variable, its default, what it sets)
+//! and the typed [`Settings`] with one field per knob.
+//!
+//! [`Settings::from_env`] is the one place that reads the environment for
+//! them. It runs once at each entry point (the `kvcheck` binary before it
+//! runs a command, a property suite's test, a fuzz target or bench that
+//! needs a knob) and the entry point passes the settings down: library code
+//! takes the values it needs as parameters ([`crate::engine::machine::SuiteSettings`],
+//! a subject's or an oracle's options, a minimization's budget) and never
+//! reads a variable itself (a test in `tests/harness/layers.rs` keeps it
+//! so). One parse policy for all of them: a variable that is set but does
+//! not parse is an error naming the variable and the value, never a silent
+//! fallback to the default; unset or blank is the default.
 //!
 //! Command-line options take precedence over the variables where both
-//! exist (`--jobs` over `KVCHECK_JOBS`, and so on).
+//! exist (`--jobs` over `KVCHECK_JOBS`, and so on): the binary resolves the
+//! settings first and lets its options override fields.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
+
+use crate::engine::oracle::Oracle;
+use crate::engine::relation::OracleEnvError;
+use crate::subject::{SubjectEnvError, SubjectSpec};
 
 /// How a knob's value is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +135,192 @@ pub struct SettingError {
     pub expected: &'static str,
 }
 
+/// The settings of one run, one field per knob of [`KNOBS`]. Build them
+/// with [`Settings::from_env`] at an entry point, or from
+/// [`Settings::default`] (every default, nothing read) and set fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Op sequences per profile of the property suites.
+    ///
+    /// `KVCHECK_CASES`, default 256 ([`DEFAULT_CASES`]); a larger value than
+    /// a `u32` holds is the largest `u32`.
+    pub cases: u32,
+    /// Most ops per drawn sequence of the property suites.
+    ///
+    /// `KVCHECK_MAX_OPS`, default 40 ([`DEFAULT_MAX_OPS`]).
+    pub max_ops: usize,
+    /// The suites' proptest seed.
+    ///
+    /// `KVCHECK_SEED`, default `None`: a fixed seed per profile.
+    pub seed: Option<u64>,
+    /// The subject of the property suites, as text in any `--subject`
+    /// form; [`Settings::suite_subject`] parses it.
+    ///
+    /// `KVCHECK_SUBJECT`, default `None`: the shipped caches (`cache`).
+    /// Kept as text so that a command that never checks the suites'
+    /// subject (every `kvcheck` command) is not stopped by it, and so that
+    /// a subject kind registered by a test binary
+    /// ([`crate::subject::register`]) parses once it is registered.
+    pub subject: Option<String>,
+    /// What a subject is checked against, as text in any `--oracle` form;
+    /// [`Settings::chosen_oracle`] parses it.
+    ///
+    /// `KVCHECK_ORACLE`, default `None`: the model (or, for a command that
+    /// reads a trace, the oracle the trace names).
+    pub oracle: Option<String>,
+    /// Worker threads of `run`, `explore` and `power` (`--jobs`);
+    /// [`Settings::workers`] resolves the default.
+    ///
+    /// `KVCHECK_JOBS`, default `None`: every available core.
+    pub jobs: Option<usize>,
+    /// Lockstep runs a minimization may spend (`--max-tests`).
+    ///
+    /// `KVCHECK_MAX_TESTS`, default 2000
+    /// ([`DEFAULT_MAX_TESTS`](crate::engine::minimize::DEFAULT_MAX_TESTS)).
+    pub max_tests: usize,
+    /// Ops per explored sequence (`explore --depth`).
+    ///
+    /// `KVCHECK_EXPLORE_DEPTH`, default 3
+    /// ([`DEFAULT_DEPTH`](crate::engine::explore::DEFAULT_DEPTH)).
+    pub explore_depth: usize,
+    /// Time an `exec:` subject has per response (`--subject-timeout`).
+    ///
+    /// `KVCHECK_SUBJECT_TIMEOUT` in seconds (fractions allowed), default 10
+    /// ([`DEFAULT_TIMEOUT`](crate::subject::DEFAULT_TIMEOUT)).
+    pub subject_timeout: Duration,
+    /// Whether an `exec:` subject's error kinds must match the model's
+    /// (`--exact-kinds`).
+    ///
+    /// `KVCHECK_EXACT_KINDS` (`1`, `true`, `yes` or `0`, `false`, `no`),
+    /// default `false`.
+    pub exact_kinds: bool,
+    /// Instances of each relation checked per trace (`--oracle self`).
+    ///
+    /// `KVCHECK_RELATION_INSTANCES`, default 2
+    /// ([`DEFAULT_INSTANCES`](crate::engine::relation::DEFAULT_INSTANCES)).
+    pub relation_instances: usize,
+    /// Where the property suites save the traces of their failures.
+    ///
+    /// `$CARGO_TARGET_DIR/kvcheck-failures` (cargo's variable, not a knob),
+    /// default `target/kvcheck-failures`.
+    pub failures_dir: PathBuf,
+}
+
+/// [`Settings::cases`] when `KVCHECK_CASES` is unset.
+pub const DEFAULT_CASES: u32 = 256;
+
+/// [`Settings::max_ops`] when `KVCHECK_MAX_OPS` is unset.
+pub const DEFAULT_MAX_OPS: usize = 40;
+
+impl Default for Settings {
+    /// Every knob's default; reads nothing.
+    fn default() -> Settings {
+        Settings {
+            cases: DEFAULT_CASES,
+            max_ops: DEFAULT_MAX_OPS,
+            seed: None,
+            subject: None,
+            oracle: None,
+            jobs: None,
+            max_tests: crate::engine::minimize::DEFAULT_MAX_TESTS,
+            explore_depth: crate::engine::explore::DEFAULT_DEPTH,
+            subject_timeout: crate::subject::DEFAULT_TIMEOUT,
+            exact_kinds: false,
+            relation_instances: crate::engine::relation::DEFAULT_INSTANCES,
+            failures_dir: failures_dir(None),
+        }
+    }
+}
+
+impl Settings {
+    /// Every knob of [`KNOBS`] from the environment (and
+    /// `CARGO_TARGET_DIR` for [`Settings::failures_dir`]): the one place
+    /// that reads them. Call it once where a program or test starts and
+    /// pass the result down. The first knob (in the order of [`KNOBS`])
+    /// set to something it cannot hold is the error; the text knobs
+    /// (`KVCHECK_SUBJECT`, `KVCHECK_ORACLE`) are checked when they are
+    /// parsed ([`Settings::suite_subject`], [`Settings::chosen_oracle`]).
+    pub fn from_env() -> Result<Settings, SettingError> {
+        // A value that is not Unicode is taken as unset, as it always was.
+        Settings::from_vars(|var| std::env::var(var).ok())
+    }
+
+    /// [`Settings::from_env`] with the variables looked up by `var` (a
+    /// map in a test, say) instead of the environment.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingError> {
+        let text = |name: &'static str| var(knob(name).var).filter(|t| !t.trim().is_empty());
+        let defaults = Settings::default();
+        Ok(Settings {
+            cases: count("KVCHECK_CASES", &var)?
+                .map_or(defaults.cases, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            max_ops: count("KVCHECK_MAX_OPS", &var)?.unwrap_or(defaults.max_ops),
+            seed: number("KVCHECK_SEED", &var)?,
+            subject: text("KVCHECK_SUBJECT").map(|t| t.trim().to_string()),
+            oracle: text("KVCHECK_ORACLE").map(|t| t.trim().to_string()),
+            jobs: count("KVCHECK_JOBS", &var)?,
+            max_tests: count("KVCHECK_MAX_TESTS", &var)?.unwrap_or(defaults.max_tests),
+            explore_depth: count("KVCHECK_EXPLORE_DEPTH", &var)?.unwrap_or(defaults.explore_depth),
+            subject_timeout: seconds("KVCHECK_SUBJECT_TIMEOUT", &var)?
+                .unwrap_or(defaults.subject_timeout),
+            exact_kinds: flag("KVCHECK_EXACT_KINDS", &var)?,
+            relation_instances: count("KVCHECK_RELATION_INSTANCES", &var)?
+                .unwrap_or(defaults.relation_instances),
+            failures_dir: failures_dir(var("CARGO_TARGET_DIR")),
+        })
+    }
+
+    /// Worker threads: [`Settings::jobs`], else the cores available to
+    /// this process.
+    pub fn workers(&self) -> usize {
+        self.jobs
+            .unwrap_or_else(crate::engine::scale::available_cores)
+    }
+
+    /// `subject` with the `exec:` options of these settings (response
+    /// timeout, exact kinds); other subjects are returned unchanged.
+    pub fn configure_subject(&self, subject: SubjectSpec) -> SubjectSpec {
+        subject.with_exec_options(Some(self.subject_timeout), self.exact_kinds)
+    }
+
+    /// `oracle` with the options of these settings: the `exec:` options for
+    /// a subject it runs of its own, the relation instances for the
+    /// relations.
+    pub fn configure_oracle(&self, oracle: &Oracle) -> Oracle {
+        oracle
+            .with_exec_options(Some(self.subject_timeout), self.exact_kinds)
+            .with_relation_instances(self.relation_instances)
+    }
+
+    /// The subject of the property suites: [`Settings::subject`] parsed
+    /// (any form [`SubjectSpec::parse`] takes), else the shipped caches,
+    /// configured ([`Settings::configure_subject`]). Text that does not
+    /// parse is an error naming `KVCHECK_SUBJECT`.
+    pub fn suite_subject(&self) -> Result<SubjectSpec, SubjectEnvError> {
+        let subject = match &self.subject {
+            None => SubjectSpec::Cache,
+            Some(text) => SubjectSpec::parse(text).map_err(|source| SubjectEnvError { source })?,
+        };
+        Ok(self.configure_subject(subject))
+    }
+
+    /// The oracle [`Settings::oracle`] chooses (any form [`Oracle::parse`]
+    /// takes), configured ([`Settings::configure_oracle`]); `None` when it
+    /// chooses none. Text that does not parse is an error naming
+    /// `KVCHECK_ORACLE`.
+    pub fn chosen_oracle(&self) -> Result<Option<Oracle>, OracleEnvError> {
+        let Some(text) = &self.oracle else {
+            return Ok(None);
+        };
+        let oracle = Oracle::parse(text).map_err(|source| OracleEnvError { source })?;
+        Ok(Some(self.configure_oracle(&oracle)))
+    }
+}
+
+/// `$CARGO_TARGET_DIR/kvcheck-failures`, else `target/kvcheck-failures`.
+fn failures_dir(target: Option<String>) -> PathBuf {
+    PathBuf::from(target.unwrap_or_else(|| "target".into())).join("kvcheck-failures")
+}
+
 /// The knob of `var`; every reader names a knob of [`KNOBS`].
 fn knob(var: &'static str) -> &'static Knob {
     KNOBS
@@ -150,31 +349,36 @@ fn read<T: FromStr>(
     }
 }
 
-fn env(var: &'static str) -> Option<String> {
-    std::env::var(var).ok()
-}
-
 /// A [`Kind::Count`] knob: a whole number ≥ 1, when set.
-pub fn count(var: &'static str) -> Result<Option<usize>, SettingError> {
+fn count(
+    var: &'static str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<usize>, SettingError> {
     debug_assert_eq!(knob(var).kind, Kind::Count);
     read(
         var,
-        env(var),
+        lookup(var),
         |n: &usize| *n >= 1,
         "a whole number of at least 1",
     )
 }
 
 /// A [`Kind::Number`] knob: a whole number ≥ 0, when set.
-pub fn number(var: &'static str) -> Result<Option<u64>, SettingError> {
+fn number(
+    var: &'static str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<u64>, SettingError> {
     debug_assert_eq!(knob(var).kind, Kind::Number);
-    read(var, env(var), |_: &u64| true, "a whole number")
+    read(var, lookup(var), |_: &u64| true, "a whole number")
 }
 
 /// A [`Kind::Seconds`] knob: a positive number of seconds, when set.
-pub fn seconds(var: &'static str) -> Result<Option<Duration>, SettingError> {
+fn seconds(
+    var: &'static str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Duration>, SettingError> {
     debug_assert_eq!(knob(var).kind, Kind::Seconds);
-    parse_seconds(var, env(var))
+    parse_seconds(var, lookup(var))
 }
 
 fn parse_seconds(
@@ -191,9 +395,9 @@ fn parse_seconds(
 }
 
 /// A [`Kind::Flag`] knob: `false` when unset.
-pub fn flag(var: &'static str) -> Result<bool, SettingError> {
+fn flag(var: &'static str, lookup: impl Fn(&str) -> Option<String>) -> Result<bool, SettingError> {
     debug_assert_eq!(knob(var).kind, Kind::Flag);
-    parse_flag(var, env(var))
+    parse_flag(var, lookup(var))
 }
 
 fn parse_flag(var: &'static str, text: Option<String>) -> Result<bool, SettingError> {
@@ -209,22 +413,6 @@ fn parse_flag(var: &'static str, text: Option<String>) -> Result<bool, SettingEr
             expected: "1, true, yes, 0, false or no",
         }),
     }
-}
-
-/// Checks every number, duration and flag of [`KNOBS`] that is set (text
-/// knobs are checked by their consumers: the subject and oracle parsers);
-/// the first bad one is the error.
-pub fn check_env() -> Result<(), SettingError> {
-    for knob in KNOBS {
-        match knob.kind {
-            Kind::Count => count(knob.var).map(drop)?,
-            Kind::Number => number(knob.var).map(drop)?,
-            Kind::Seconds => seconds(knob.var).map(drop)?,
-            Kind::Flag => flag(knob.var).map(drop)?,
-            Kind::Text => {}
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -251,6 +439,111 @@ mod tests {
         assert_eq!(parse_flag("KVCHECK_EXACT_KINDS", None), Ok(false));
         let err = parse_flag("KVCHECK_EXACT_KINDS", some("sure")).unwrap_err();
         assert!(err.to_string().starts_with("KVCHECK_EXACT_KINDS=\"sure\""));
+    }
+
+    /// The defaults the table documents are the ones [`Settings`] holds.
+    #[test]
+    fn the_table_says_the_defaults_settings_hold() {
+        let d = Settings::default();
+        let said = |var: &str| KNOBS.iter().find(|k| k.var == var).unwrap().default;
+        assert_eq!(said("KVCHECK_CASES"), d.cases.to_string());
+        assert_eq!(said("KVCHECK_MAX_OPS"), d.max_ops.to_string());
+        assert_eq!(d.seed, None);
+        assert_eq!(said("KVCHECK_SUBJECT"), "cache");
+        assert_eq!(d.suite_subject().unwrap(), SubjectSpec::Cache);
+        assert_eq!(said("KVCHECK_ORACLE"), "model");
+        assert_eq!(d.chosen_oracle().unwrap(), None);
+        assert_eq!(d.jobs, None);
+        assert_eq!(said("KVCHECK_MAX_TESTS"), d.max_tests.to_string());
+        assert_eq!(said("KVCHECK_EXPLORE_DEPTH"), d.explore_depth.to_string());
+        assert_eq!(
+            said("KVCHECK_SUBJECT_TIMEOUT"),
+            d.subject_timeout.as_secs_f64().to_string()
+        );
+        assert_eq!(said("KVCHECK_EXACT_KINDS"), "no");
+        assert!(!d.exact_kinds);
+        assert_eq!(
+            said("KVCHECK_RELATION_INSTANCES"),
+            d.relation_instances.to_string()
+        );
+        assert_eq!(d.failures_dir, PathBuf::from("target/kvcheck-failures"));
+        // Nothing set, or everything blank, is every default.
+        assert_eq!(Settings::from_vars(|_| None), Ok(d.clone()));
+        assert_eq!(
+            Settings::from_vars(|_| some(" ")).map(|s| s.cases),
+            Ok(d.cases)
+        );
+    }
+
+    /// Every knob is read into its field, and every knob that is not text
+    /// refuses a bad value with an error naming it.
+    #[test]
+    fn from_vars_reads_every_knob_and_names_a_bad_one() {
+        let vars = [
+            ("KVCHECK_CASES", "8"),
+            ("KVCHECK_MAX_OPS", "5"),
+            ("KVCHECK_SEED", "0"),
+            ("KVCHECK_SUBJECT", " reference "),
+            ("KVCHECK_ORACLE", "self"),
+            ("KVCHECK_JOBS", "3"),
+            ("KVCHECK_MAX_TESTS", "7"),
+            ("KVCHECK_EXPLORE_DEPTH", "2"),
+            ("KVCHECK_SUBJECT_TIMEOUT", "0.5"),
+            ("KVCHECK_EXACT_KINDS", "yes"),
+            ("KVCHECK_RELATION_INSTANCES", "4"),
+            ("CARGO_TARGET_DIR", "/tmp/t"),
+        ];
+        for knob in KNOBS {
+            assert!(vars.iter().any(|(v, _)| *v == knob.var), "{}", knob.var);
+        }
+        let lookup = |var: &str| {
+            vars.iter()
+                .find(|(v, _)| *v == var)
+                .map(|(_, t)| t.to_string())
+        };
+        let s = Settings::from_vars(lookup).unwrap();
+        assert_eq!(
+            s,
+            Settings {
+                cases: 8,
+                max_ops: 5,
+                seed: Some(0),
+                subject: Some("reference".into()),
+                oracle: Some("self".into()),
+                jobs: Some(3),
+                max_tests: 7,
+                explore_depth: 2,
+                subject_timeout: Duration::from_millis(500),
+                exact_kinds: true,
+                relation_instances: 4,
+                failures_dir: PathBuf::from("/tmp/t/kvcheck-failures"),
+            }
+        );
+        assert_eq!(s.workers(), 3);
+        assert_eq!(s.suite_subject().unwrap(), SubjectSpec::Reference);
+        let oracle = s.chosen_oracle().unwrap().expect("an oracle");
+        assert_eq!(oracle.to_string(), "self");
+        assert_eq!(oracle.relation_instances(), Some(4));
+        for knob in KNOBS.iter().filter(|k| k.kind != Kind::Text) {
+            let bad = |var: &str| (var == knob.var).then(|| "-1.5x".to_string());
+            let err = Settings::from_vars(bad).unwrap_err();
+            assert_eq!(err.var, knob.var);
+            assert!(err
+                .to_string()
+                .starts_with(&format!("{}=\"-1.5x\"", knob.var)));
+        }
+        let bad_subject = Settings {
+            subject: Some("nonsense".into()),
+            ..Settings::default()
+        };
+        let err = bad_subject.suite_subject().unwrap_err().to_string();
+        assert!(err.starts_with("KVCHECK_SUBJECT: "), "{err}");
+        let bad_oracle = Settings {
+            oracle: Some("self:M99".into()),
+            ..Settings::default()
+        };
+        let err = bad_oracle.chosen_oracle().unwrap_err().to_string();
+        assert!(err.starts_with("KVCHECK_ORACLE: "), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use kvcache::fault::{CacheFault, FaultBase};
 use kvcheck::check::lockstep::SetupError;
 use kvcheck::check::trace::TraceError;
 use kvcheck::engine::minimize::MinimizeError;
-use kvcheck::engine::relation::{NotChecked, OracleError};
+use kvcheck::engine::relation::{NotChecked, OracleEnvError, OracleError};
 use kvcheck::engine::scale::{CampaignError, Shard};
 use kvcheck::engine::suite::SaveError;
 use kvcheck::report::ReportError;
@@ -51,6 +51,9 @@ pub enum CliError {
     /// A `KVCHECK_*` variable holds something it cannot.
     #[error(transparent)]
     Setting(#[from] SettingError),
+    /// `KVCHECK_ORACLE` names no oracle (and no `--oracle` was given).
+    #[error(transparent)]
+    OracleSetting(#[from] OracleEnvError),
     /// `run --profile` names no profile.
     #[error("unknown profile {0:?}; `kvcheck run --list` shows them")]
     UnknownProfile(String),
@@ -265,6 +268,7 @@ impl CliError {
             | CliError::FalsePositive
             | CliError::ShardsAbsent(_) => EXIT_MISMATCH,
             CliError::Setting(_)
+            | CliError::OracleSetting(_)
             | CliError::UnknownProfile(_)
             | CliError::UnknownVariant(_)
             | CliError::InvalidTime(_)

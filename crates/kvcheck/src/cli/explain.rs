@@ -14,7 +14,7 @@ pub struct Args {
     /// The trace to explain.
     file: PathBuf,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     /// Also write the walk as a self-contained HTML page (a coloured grid,
     /// a row per step and a column per position) to this file.
     #[arg(long, value_name = "OUT")]

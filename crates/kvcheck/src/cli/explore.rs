@@ -9,12 +9,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kvcheck::check::coverage::Coverage;
 use kvcheck::check::divergence::{describe_config, Divergence};
 use kvcheck::check::trace::Trace;
-use kvcheck::engine::explore::{
-    all_required_events, default_depth, grid, Alphabet, ExploreReport, Explorer,
-};
-use kvcheck::engine::scale::{default_jobs, parse_jobs, Shard};
+use kvcheck::engine::explore::{all_required_events, grid, Alphabet, ExploreReport, Explorer};
+use kvcheck::engine::scale::{parse_jobs, Shard};
 use kvcheck::engine::triage::{findings_table, Triage};
 use kvcheck::report::{ConfigReport, DiscoveryReport, ExploreSummary, Report, REPORT_FORMAT};
+use kvcheck::settings::Settings;
 use kvcheck::{Config, Variant};
 use rayon::prelude::*;
 
@@ -49,7 +48,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     heads: usize,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     /// `full` or `small` (head ranges and recent windows on appends only).
     #[arg(long, default_value = "full")]
     alphabet: Alphabet,
@@ -82,7 +81,7 @@ pub struct Args {
     triage: super::triage::TriageArgs,
 }
 
-pub fn run(args: Args) -> Result<(), CliError> {
+pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     let variant = args
         .variant
         .as_deref()
@@ -115,7 +114,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     } else {
         args.alphabet
     };
-    let depth = args.depth.unwrap_or_else(default_depth);
+    let depth = args.depth.unwrap_or(settings.explore_depth);
     let subject = args.subject.spec();
     super::announce(&subject);
     let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
@@ -149,7 +148,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let oracle = args.subject.oracle();
     super::announce_oracle(&oracle);
     let limit = args.time_limit.map(Duration::from_secs_f64);
-    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let jobs = args.jobs.unwrap_or_else(|| settings.workers());
     let bar = progress_bar(configs.len());
     let started = Instant::now();
     let explorer = |config: &Config, jobs: usize| {
@@ -260,7 +259,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError::Diverged);
     }
     let dir = failures_dir(args.out.clone());
-    summary.findings = super::triage::settle(&args.triage, &triage, &subject, &dir);
+    summary.findings =
+        super::triage::settle(&args.triage, &triage, &subject, &oracle, &dir, settings);
     write_json(&summary, &args.json)?;
     if args.grid {
         print_grid(&summary, args.no_sometimes)

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use kvcheck::engine::fuzzcase::Target;
 use kvcheck::engine::minimize::run_subject;
+use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::triage::{findings_table, Triage};
+use kvcheck::settings::Settings;
 
 use super::{failures_dir, CliError};
 
@@ -30,7 +32,7 @@ pub struct Args {
     #[arg(long, requires = "keep_going")]
     out: Option<PathBuf>,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     #[command(flatten)]
     triage: super::triage::TriageArgs,
 }
@@ -52,9 +54,9 @@ fn parse_target(name: &str) -> Result<Target, UnknownTarget> {
     })
 }
 
-pub fn run(args: Args) -> Result<(), CliError> {
+pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     if args.triage.keep_going {
-        return triage(&args);
+        return triage(&args, settings);
     }
     let [file] = args.files.as_slice() else {
         return Err(CliError::OneInputAtATime);
@@ -114,7 +116,7 @@ fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
 
 /// `--keep-going`: every input replayed against the subject, the
 /// divergences triaged.
-fn triage(args: &Args) -> Result<(), CliError> {
+fn triage(args: &Args, settings: &Settings) -> Result<(), CliError> {
     let files = inputs(&args.files)?;
     let subject = args.subject.spec();
     super::announce(&subject);
@@ -152,7 +154,9 @@ fn triage(args: &Args) -> Result<(), CliError> {
         triage.total()
     );
     let dir = failures_dir(args.out.clone());
-    let findings = super::triage::settle(&args.triage, &triage, &subject, &dir);
+    // The inputs were checked against the model (`run_subject`).
+    let model = Oracle::model();
+    let findings = super::triage::settle(&args.triage, &triage, &subject, &model, &dir, settings);
     print!("{}", findings_table(&findings));
     if findings.is_empty() {
         Ok(())

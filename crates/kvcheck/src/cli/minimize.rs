@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use kvcheck::engine::minimize::{max_tests_default, minimize_with, Minimized};
+use kvcheck::engine::minimize::{minimize_with, Minimized};
+use kvcheck::settings::Settings;
 
 use super::CliError;
 
@@ -14,13 +15,13 @@ pub struct Args {
     #[arg(short, long)]
     output: Option<PathBuf>,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     /// Most lockstep runs to spend [default: $KVCHECK_MAX_TESTS, else 2000].
     #[arg(long)]
     max_tests: Option<usize>,
 }
 
-pub fn run(args: Args) -> Result<(), CliError> {
+pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     let mut trace = super::load_trace(&args.file)?;
     let subject = args.subject.spec();
     super::announce(&subject);
@@ -29,7 +30,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         &trace,
         subject,
         &oracle,
-        args.max_tests.unwrap_or_else(max_tests_default),
+        args.max_tests.unwrap_or(settings.max_tests),
     )
     .map_err(|source| CliError::Minimize {
         file: args.file.clone(),

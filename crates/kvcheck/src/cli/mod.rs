@@ -20,6 +20,7 @@ mod triage;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use kvcheck::settings::Settings;
 
 pub use error::{CliError, UnknownVariant};
 
@@ -107,26 +108,51 @@ enum Command {
     Power(power::Args),
 }
 
+impl Command {
+    /// The subject options of the command, for those that take them.
+    fn subject_args_mut(&mut self) -> Option<&mut SubjectArgs> {
+        match self {
+            Command::Run(args) => Some(&mut args.subject),
+            Command::Replay(args) => Some(&mut args.subject),
+            Command::Explore(args) => Some(&mut args.subject),
+            Command::Minimize(args) => Some(&mut args.subject),
+            Command::Save(args) => Some(&mut args.subject),
+            Command::Explain(args) => Some(&mut args.subject),
+            #[cfg(feature = "arbitrary")]
+            Command::FromFuzz(args) => Some(&mut args.subject),
+            Command::Merge(_) | Command::Expect(_) | Command::Serve(_) => None,
+            #[cfg(feature = "arbitrary")]
+            Command::Power(_) => None,
+        }
+    }
+}
+
 /// Runs the parsed command line; `Err` says why it fails, and
 /// [`CliError::exit_code`] turns that into the process exit status.
 pub fn run(cli: Cli) -> Result<(), CliError> {
-    // One policy for every knob: a variable set to something it cannot
-    // hold stops the program here, naming it, whatever the command.
-    kvcheck::settings::check_env()?;
-    match cli.command {
-        Command::Run(args) => run::run(args),
+    // The one read of the environment's knobs, whatever the command: a
+    // variable set to something it cannot hold stops the program here,
+    // naming it. The commands get the settings from here on, and their
+    // options override its fields.
+    let settings = Settings::from_env()?;
+    let mut command = cli.command;
+    if let Some(subject) = command.subject_args_mut() {
+        subject.resolve(&settings)?;
+    }
+    match command {
+        Command::Run(args) => run::run(args, &settings),
         Command::Merge(args) => merge::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Expect(args) => expect::run(args),
-        Command::Explore(args) => explore::run(args),
-        Command::Minimize(args) => minimize::run(args),
-        Command::Save(args) => save::run(args),
+        Command::Explore(args) => explore::run(args, &settings),
+        Command::Minimize(args) => minimize::run(args, &settings),
+        Command::Save(args) => save::run(args, &settings),
         Command::Serve(args) => serve::run(args),
         Command::Explain(args) => explain::run(args),
         #[cfg(feature = "arbitrary")]
-        Command::FromFuzz(args) => from_fuzz::run(args),
+        Command::FromFuzz(args) => from_fuzz::run(args, &settings),
         #[cfg(feature = "arbitrary")]
-        Command::Power(args) => power::run(args),
+        Command::Power(args) => power::run(args, &settings),
     }
 }
 
@@ -160,26 +186,59 @@ pub struct SubjectArgs {
     /// docs/contract.md §9, no model; `self:M9` checks one), or another subject in
     /// any `--subject` form (differential: both run the same steps). A
     /// trace that names its oracle is checked against it unless this is
-    /// given [default: the trace's oracle, else model]. See
-    /// docs/relations.md.
-    #[arg(long, env = "KVCHECK_ORACLE")]
+    /// given [default: $KVCHECK_ORACLE, else the trace's oracle, else
+    /// model]. See docs/relations.md.
+    #[arg(long)]
     oracle: Option<kvcheck::engine::oracle::Oracle>,
+    /// The settings of the environment, whose fields the options above
+    /// override; set by [`SubjectArgs::resolve`].
+    #[arg(skip)]
+    settings: Settings,
 }
 
 impl SubjectArgs {
+    /// Takes what the options above leave unsaid from `settings`: the
+    /// oracle `KVCHECK_ORACLE` chooses when `--oracle` is not given (a
+    /// value that does not parse is an error naming the variable), the
+    /// response timeout, the kinds mode and the relation instances.
+    pub fn resolve(&mut self, settings: &Settings) -> Result<(), CliError> {
+        if self.oracle.is_none() {
+            self.oracle = settings.chosen_oracle()?;
+        }
+        self.settings = settings.clone();
+        Ok(())
+    }
+
+    /// An `exec:` subject's response timeout and kinds mode: the options,
+    /// else the settings.
+    fn exec_options(&self) -> (Option<std::time::Duration>, bool) {
+        (
+            Some(
+                self.subject_timeout
+                    .unwrap_or(self.settings.subject_timeout),
+            ),
+            self.exact_kinds || self.settings.exact_kinds,
+        )
+    }
+
     /// The subject with the timeout and kinds options applied.
     pub fn spec(&self) -> kvcheck::subject::SubjectSpec {
-        self.subject
-            .clone()
-            .with_exec_options(self.subject_timeout, self.exact_kinds)
+        let (timeout, exact) = self.exec_options();
+        self.subject.clone().with_exec_options(timeout, exact)
     }
 
     /// The oracle chosen (the model when none is); another subject gets
-    /// the timeout and kinds options too.
+    /// the timeout and kinds options too, the relations the instances of
+    /// the settings.
     pub fn oracle(&self) -> kvcheck::engine::oracle::Oracle {
         match &self.oracle {
             None => kvcheck::engine::oracle::Oracle::model(),
-            Some(oracle) => oracle.with_exec_options(self.subject_timeout, self.exact_kinds),
+            Some(oracle) => {
+                let (timeout, exact) = self.exec_options();
+                oracle
+                    .with_exec_options(timeout, exact)
+                    .with_relation_instances(self.settings.relation_instances)
+            }
         }
     }
 
@@ -193,10 +252,15 @@ impl SubjectArgs {
     ) -> Result<kvcheck::engine::oracle::Oracle, kvcheck::engine::relation::OracleError> {
         let oracle = match &self.oracle {
             Some(_) => self.oracle(),
-            None => kvcheck::engine::oracle::Oracle::for_trace(
-                &kvcheck::engine::oracle::Oracle::model(),
-                trace.oracle.as_ref(),
-            )?,
+            // The oracle a trace names runs with the settings (its subject's
+            // timeout and kinds come from the environment, not from the
+            // options, which are the checked subject's).
+            None => self
+                .settings
+                .configure_oracle(&kvcheck::engine::oracle::Oracle::for_trace(
+                    &kvcheck::engine::oracle::Oracle::model(),
+                    trace.oracle.as_ref(),
+                )?),
         };
         if self.oracle.is_some() {
             trace.oracle = oracle.tag();

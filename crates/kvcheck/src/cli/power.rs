@@ -19,8 +19,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kvcache::fault::{CacheFault, FaultBase};
 use kvcheck::engine::machine::SuiteSettings;
 use kvcheck::engine::power::{self, Engine, Target, EXPLORE_DEPTH};
-use kvcheck::engine::scale::{default_jobs, parse_jobs, Shard};
+use kvcheck::engine::scale::{parse_jobs, Shard};
 use kvcheck::report::{PowerReport, PowerRow, Report, REPORT_FORMAT};
+use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 
 use super::power_table::{print_table, verdict};
@@ -74,15 +75,15 @@ pub struct Args {
     cases: u64,
 }
 
-pub fn run(args: Args) -> Result<(), CliError> {
+pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     let relations = args.oracle.relations_checked();
     match (relations.as_slice(), plan(&args)) {
         ([], _) if !args.oracle.stepwise() => Err(CliError::PowerOracle),
         ([], plan) => {
             let (engines, targets) = plan?;
-            measure(&args, &engines, &targets)
+            measure(&args, &engines, &targets, settings)
         }
-        (relations, Ok((_, targets))) => relations::measure(&args, relations, &targets),
+        (relations, Ok((_, targets))) => relations::measure(&args, relations, &targets, settings),
         (_, Err(e)) => Err(e),
     }
 }
@@ -142,9 +143,14 @@ fn plan(args: &Args) -> Result<(Vec<Engine>, Vec<Target>), CliError> {
     Ok((engines, targets))
 }
 
-fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> Result<(), CliError> {
+fn measure(
+    args: &Args,
+    engines: &[Engine],
+    targets: &[Target],
+    settings: &Settings,
+) -> Result<(), CliError> {
     let started = Instant::now();
-    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let jobs = args.jobs.unwrap_or_else(|| settings.workers());
     let rows: Vec<usize> = (0..targets.len())
         .filter(|&i| args.shard.contains(i))
         .collect();
@@ -181,12 +187,16 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> Result<(), Cl
             .expect("static template"),
     );
     let budget = Duration::from_secs_f64(args.time);
-    let settings = SuiteSettings {
+    // The suites column always draws the same cases (not the suites'
+    // knobs), so that power tables compare.
+    let suite_settings = SuiteSettings {
         cases: 256,
         max_ops: 40,
         seed: None,
         subject: SubjectSpec::Cache,
         oracle: kvcheck::engine::oracle::Oracle::model(),
+        max_tests: settings.max_tests,
+        failures_dir: settings.failures_dir.clone(),
     };
     let cells: Vec<(usize, Engine)> = rows
         .iter()
@@ -195,7 +205,7 @@ fn measure(args: &Args, engines: &[Engine], targets: &[Target]) -> Result<(), Cl
     let check = |&(i, engine): &(usize, Engine)| {
         let target = targets[i];
         let catch = match engine {
-            Engine::Suites => Some(power::suites(target, &settings)),
+            Engine::Suites => Some(power::suites(target, &suite_settings)),
             Engine::Run => Some(power::run(target, args.seed, budget, 40)),
             Engine::Explore => Some(power::explore(target, EXPLORE_DEPTH, budget)),
             Engine::Fuzz => match (&fuzz, target.fault) {

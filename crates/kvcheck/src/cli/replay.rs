@@ -14,7 +14,7 @@ pub struct Args {
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     /// Only replay through the model and check `expect`.
     #[arg(long)]
     model_only: bool,

@@ -5,14 +5,16 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::check::coverage::{Coverage, EVENTS};
-use kvcheck::engine::minimize::{max_tests_default, minimize};
+use kvcheck::engine::minimize::minimize_keeping;
+use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::relation::{Judged, Relation};
-use kvcheck::engine::scale::{default_jobs, parse_jobs, Campaign, Found, Shard};
+use kvcheck::engine::scale::{parse_jobs, Campaign, Found, Shard};
 use kvcheck::engine::strategy::{profile_support, required_events, PROFILES};
 use kvcheck::engine::triage::findings_table;
 use kvcheck::report::{
     merge_judged, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
 };
+use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::Variant;
 
@@ -56,7 +58,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     #[command(flatten)]
     triage: super::triage::TriageArgs,
 }
@@ -72,7 +74,7 @@ pub fn parse_variant(text: &str) -> Result<Variant, UnknownVariant> {
     }
 }
 
-pub fn run(args: Args) -> Result<(), CliError> {
+pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     if args.list {
         for p in PROFILES {
             println!("{:<12} {}", p.name, p.about);
@@ -122,7 +124,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let jobs = args.jobs.unwrap_or_else(|| settings.workers());
     let shard = if args.shard.is_all() {
         String::new()
     } else {
@@ -163,9 +165,22 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let mut diverged_profile = None;
     if let Some(found) = outcome.found {
         diverged_profile = Some(found.profile);
-        divergences = report_divergence(found, &subject, &failures);
+        divergences = report_divergence(
+            found,
+            &subject,
+            &campaign.oracle,
+            &failures,
+            settings.max_tests,
+        );
     }
-    let findings = super::triage::settle(&args.triage, &outcome.triage, &subject, &failures);
+    let findings = super::triage::settle(
+        &args.triage,
+        &outcome.triage,
+        &subject,
+        &campaign.oracle,
+        &failures,
+        settings,
+    );
     divergences.extend(findings.iter().filter_map(|f| f.minimized_trace.clone()));
     let report = RunReport {
         format: REPORT_FORMAT.to_string(),
@@ -217,9 +232,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
     print_tables(&report)
 }
 
-/// Saves the first divergence's trace, minimizes it once (same failure,
-/// fewer ops) and saves that too; returns the paths, minimized first.
-fn report_divergence(found: Found, subject: &SubjectSpec, failures: &Path) -> Vec<String> {
+/// Saves the first divergence's trace, minimizes it once against the
+/// campaign's `oracle` (same failure, fewer ops, at most `max_tests` runs)
+/// and saves that too; returns the paths, minimized first.
+fn report_divergence(
+    found: Found,
+    subject: &SubjectSpec,
+    oracle: &Oracle,
+    failures: &Path,
+    max_tests: usize,
+) -> Vec<String> {
     let mut divergence = found.divergence;
     let mut paths = Vec::new();
     let saved = divergence.save_in(failures);
@@ -228,7 +250,13 @@ fn report_divergence(found: Found, subject: &SubjectSpec, failures: &Path) -> Ve
         PROFILES[found.profile].name, found.case
     );
     println!("{divergence}");
-    match minimize(&divergence.trace, subject.clone(), max_tests_default()) {
+    match minimize_keeping(
+        &divergence.trace,
+        subject.clone(),
+        oracle,
+        max_tests,
+        |_| true,
+    ) {
         Ok(minimized) => {
             let mut small = minimized.divergence;
             println!(

@@ -22,13 +22,13 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_REGRESSIONS_DIR)]
     dir: PathBuf,
     #[command(flatten)]
-    subject: super::SubjectArgs,
+    pub(super) subject: super::SubjectArgs,
     /// Most lockstep runs to spend minimizing [default: $KVCHECK_MAX_TESTS, else 2000].
     #[arg(long)]
     max_tests: Option<usize>,
 }
 
-pub fn run(args: Args) -> Result<(), CliError> {
+pub fn run(args: Args, settings: &kvcheck::settings::Settings) -> Result<(), CliError> {
     if args.name.is_empty()
         || !args
             .name
@@ -42,7 +42,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     super::announce(&subject);
     let path = args.dir.join(format!("{}{EXTENSION}", args.name));
     let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
-    let saved = kvcheck::engine::suite::save_with(&trace, &subject, &oracle, args.max_tests, &path)
+    let max_tests = Some(args.max_tests.unwrap_or(settings.max_tests));
+    let saved = kvcheck::engine::suite::save_with(&trace, &subject, &oracle, max_tests, &path)
         .map_err(|source| CliError::Save {
             file: args.file.clone(),
             source,

@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
-use kvcheck::engine::minimize::max_tests_default;
+use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::triage::{self, FindingReport, Triage};
+use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 
 /// The triage options every engine takes.
@@ -22,14 +23,17 @@ pub struct TriageArgs {
     pub max_tests: Option<usize>,
 }
 
-/// Minimizes and saves every finding of `triage` under `dir`, one progress
-/// line per finding on standard error, and returns the findings for the
-/// table and the report.
+/// Minimizes every finding of `triage` against `oracle` (the engine's)
+/// and saves it under `dir`, one progress line per finding on standard
+/// error, and returns the findings for the table and the report. The budget
+/// is `--max-tests`, else the settings'.
 pub fn settle(
     args: &TriageArgs,
     triage: &Triage,
     subject: &SubjectSpec,
+    oracle: &Oracle,
     dir: &Path,
+    settings: &Settings,
 ) -> Vec<FindingReport> {
     if !triage.is_empty() {
         eprintln!(
@@ -38,6 +42,8 @@ pub fn settle(
             triage.len()
         );
     }
-    let max_tests = args.max_tests.unwrap_or_else(max_tests_default);
-    triage::settle(triage, subject, dir, max_tests, |line| eprintln!("{line}"))
+    let max_tests = args.max_tests.unwrap_or(settings.max_tests);
+    triage::settle(triage, subject, oracle, dir, max_tests, |line| {
+        eprintln!("{line}")
+    })
 }

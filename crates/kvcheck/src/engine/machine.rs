@@ -3,8 +3,9 @@
 //!
 //! Each profile of [`crate::engine::strategy::PROFILES`] gets a marker type
 //! ([`Family`]) because proptest-state-machine draws initial states from a
-//! static function. [`check_family`] runs one suite with the knobs below and
-//! fails when a divergence is found (after shrinking, with the shrunk
+//! static function. [`check_family`] runs one suite with the knobs below
+//! (a [`SuiteSettings`], resolved from [`Settings`] where the suite starts)
+//! and fails when a divergence is found (after shrinking, with the shrunk
 //! sequence saved as a kvtrace file) or when a required event was never
 //! reached.
 //!
@@ -16,6 +17,9 @@
 //! | `KVCHECK_SUBJECT` | `cache` | the subject: `cache`, `cache:ring`, `reference`, `fault:NAME` or `exec:COMMAND ARGS` |
 //! | `KVCHECK_SUBJECT_TIMEOUT` | 10 | seconds an `exec:` subject has per response |
 //! | `KVCHECK_EXACT_KINDS` | unset | `1`: an `exec:` subject's error kinds must match the model's |
+//! | `KVCHECK_ORACLE` | `model` | what the subject is checked against (`self`, another subject) |
+//! | `KVCHECK_MAX_TESTS` | 2000 | runs a minimization against another oracle may spend |
+//! | `KVCHECK_RELATION_INSTANCES` | 2 | instances of each relation per trace (`KVCHECK_ORACLE=self`) |
 //!
 //! A suite draws only what its subject can express (see
 //! [`crate::subject::Capabilities`]): a profile none of whose
@@ -24,7 +28,7 @@
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::Device;
@@ -43,7 +47,7 @@ use crate::engine::relation::{NotChecked, OracleEnvError};
 use crate::engine::strategy::{
     ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
-use crate::settings::SettingError;
+use crate::settings::{SettingError, Settings};
 use crate::subject::{Capabilities, SubjectEnvError, SubjectFailure, SubjectSpec, Unsupported};
 use kvmodel::{Config, Op};
 
@@ -70,6 +74,22 @@ fn with_subject<T>(
 
 fn current_subject() -> (SubjectSpec, Arc<Capabilities>) {
     SUBJECT.with(|s| s.borrow().clone())
+}
+
+thread_local! {
+    /// Where the suite running on this thread saves its failing traces
+    /// ([`SuiteSettings::failures_dir`]): the system under test saves them
+    /// from a static function, so it reads the folder here.
+    static FAILURES_DIR: RefCell<PathBuf> = RefCell::new(Settings::default().failures_dir);
+}
+
+/// Runs `f` with `dir` as this thread's failures folder, restoring the
+/// previous one afterwards.
+fn with_failures_dir<T>(dir: &Path, f: impl FnOnce() -> T) -> T {
+    let previous = FAILURES_DIR.with(|d| d.replace(dir.to_path_buf()));
+    let result = f();
+    FAILURES_DIR.with(|d| *d.borrow_mut() = previous);
+    result
 }
 
 /// Why a case could not be drawn or run. Not a divergence (that is in the
@@ -197,8 +217,8 @@ pub enum SuiteError {
     },
 }
 
-/// Why [`SuiteSettings::from_env`] refused the environment: the error
-/// names the variable.
+/// Why [`SuiteSettings::new`] (or [`SuiteSettings::from_env`]) refused the
+/// settings: the error names the variable.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     /// A number, duration or flag knob holds something it cannot.
@@ -334,8 +354,9 @@ thread_local! {
 /// once), so the name holds the subject the calling thread checks (none for
 /// the shipped caches: `tiny.kvtrace.json`), and every save is atomic
 /// ([`Trace::save`](crate::check::trace::Trace::save)): two suites never write
-/// into one file, and a reader never sees half a trace.
-pub fn failure_path(profile: &Profile) -> PathBuf {
+/// into one file, and a reader never sees half a trace. The file lies in
+/// `dir` ([`SuiteSettings::failures_dir`]).
+pub fn failure_path(profile: &Profile, dir: &Path) -> PathBuf {
     let (subject, _) = current_subject();
     let name = match subject {
         SubjectSpec::Cache => profile.name.to_string(),
@@ -350,9 +371,7 @@ pub fn failure_path(profile: &Profile) -> PathBuf {
                 .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
         ),
     };
-    PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
-        .join("kvcheck-failures")
-        .join(format!("{name}.kvtrace.json"))
+    dir.join(format!("{name}.kvtrace.json"))
 }
 
 impl<F: Family> StateMachineTest for KvLockstep<F> {
@@ -368,7 +387,7 @@ impl<F: Family> StateMachineTest for KvLockstep<F> {
 
     fn apply(mut lockstep: Lockstep, _state: &RefState, op: Op) -> Lockstep {
         if let Err(mut divergence) = lockstep.step(&op) {
-            let path = failure_path(F::PROFILE);
+            let path = FAILURES_DIR.with(|dir| failure_path(F::PROFILE, &dir.borrow()));
             if divergence.save_as(&path).is_err() {
                 eprintln!("could not save {}", path.display());
             }
@@ -384,7 +403,9 @@ impl<F: Family> StateMachineTest for KvLockstep<F> {
     }
 }
 
-/// Knobs of a suite run, read from the environment (see the module docs).
+/// Knobs of a suite run (see the module docs): what [`check_family`] and
+/// [`crate::engine::suite::check_subject`] take, resolved from the
+/// [`Settings`] of the entry point ([`SuiteSettings::new`]).
 #[derive(Clone, Debug)]
 pub struct SuiteSettings {
     /// `KVCHECK_CASES`, default 256.
@@ -398,26 +419,49 @@ pub struct SuiteSettings {
     pub subject: SubjectSpec,
     /// `KVCHECK_ORACLE`: what the subject is checked against (default: the
     /// model, op by op; `self` runs the relations of docs/contract.md §9 on each
-    /// drawn sequence, `SUBJECT` another implementation).
+    /// drawn sequence, `KVCHECK_RELATION_INSTANCES` instances of each,
+    /// `SUBJECT` another implementation).
     pub oracle: Oracle,
+    /// `KVCHECK_MAX_TESTS`, default 2000: the runs a minimization against
+    /// an oracle other than the model may spend (the model's failures are
+    /// shrunk by proptest).
+    pub max_tests: usize,
+    /// Where failing traces are saved: `$CARGO_TARGET_DIR/kvcheck-failures`,
+    /// default `target/kvcheck-failures`.
+    pub failures_dir: PathBuf,
+}
+
+impl Default for SuiteSettings {
+    /// Every knob's default ([`Settings::default`]): the shipped caches
+    /// against the model; reads nothing.
+    fn default() -> SuiteSettings {
+        SuiteSettings::new(&Settings::default()).expect("the default subject and oracle parse")
+    }
 }
 
 impl SuiteSettings {
-    /// Reads `KVCHECK_CASES`, `KVCHECK_MAX_OPS`, `KVCHECK_SEED` and
-    /// `KVCHECK_SUBJECT`; a value that does not parse is an error naming the
-    /// variable.
-    pub fn from_env() -> Result<SuiteSettings, SettingsError> {
-        use crate::settings::{check_env, count, number};
-        // Every knob of the table, not only the suites' own: a suite run
-        // also reads the subject's timeout, the job count, the budgets.
-        check_env()?;
+    /// The suite knobs of `settings`: its numbers as they are, its subject
+    /// and oracle parsed and configured ([`Settings::suite_subject`],
+    /// [`Settings::chosen_oracle`]); text that does not parse is an error
+    /// naming the variable.
+    pub fn new(settings: &Settings) -> Result<SuiteSettings, SettingsError> {
         Ok(SuiteSettings {
-            cases: count("KVCHECK_CASES")?.map_or(256, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-            max_ops: count("KVCHECK_MAX_OPS")?.unwrap_or(40),
-            seed: number("KVCHECK_SEED")?,
-            subject: SubjectSpec::from_env()?,
-            oracle: Oracle::from_env()?,
+            cases: settings.cases,
+            max_ops: settings.max_ops,
+            seed: settings.seed,
+            subject: settings.suite_subject()?,
+            oracle: settings.chosen_oracle()?.unwrap_or_default(),
+            max_tests: settings.max_tests,
+            failures_dir: settings.failures_dir.clone(),
         })
+    }
+
+    /// The entry point of a property suite's test: [`Settings::from_env`]
+    /// (every knob checked; a value that does not parse is an error naming
+    /// the variable) and [`SuiteSettings::new`]. Library code takes a
+    /// [`SuiteSettings`] instead.
+    pub fn from_env() -> Result<SuiteSettings, SettingsError> {
+        SuiteSettings::new(&Settings::from_env()?)
     }
 
     /// The same settings checking `subject`.
@@ -465,7 +509,9 @@ pub fn check_family<F: Family>(settings: &SuiteSettings) -> Result<Coverage, Sui
         );
     }
     with_subject(&settings.subject, Arc::clone(&capabilities), || {
-        run_family::<F>(settings, &capabilities)
+        with_failures_dir(&settings.failures_dir, || {
+            run_family::<F>(settings, &capabilities)
+        })
     })
 }
 
@@ -501,7 +547,7 @@ fn run_family<F: Family>(
     match result {
         Ok(()) => {}
         Err(TestError::Fail(reason, (_, transitions, _))) => {
-            let trace = failure_path(profile);
+            let trace = failure_path(profile, &settings.failures_dir);
             let reproduce = match &settings.subject {
                 SubjectSpec::Cache => format!(
                     "cargo run --release -p kvcheck -- replay {}",

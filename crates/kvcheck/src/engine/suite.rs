@@ -6,7 +6,9 @@
 //!
 //! - [`check_all`] / [`assert_all`]: the property suite of every built-in
 //!   profile the capabilities allow (knobs `KVCHECK_CASES`,
-//!   `KVCHECK_MAX_OPS`, `KVCHECK_SEED`, as for the shipped caches);
+//!   `KVCHECK_MAX_OPS`, `KVCHECK_SEED`, as for the shipped caches, read
+//!   once: they are the entry point of a cache's test);
+//!   [`check_subject`] takes the knobs as a [`SuiteSettings`] instead;
 //! - [`explore`]: exhaustive exploration of one configuration;
 //! - [`minimize`](crate::engine::minimize), [`explain`](crate::engine::explain::walk)
 //!   and [`save`] with `SubjectSpec::from(factory)`.
@@ -32,7 +34,7 @@ use crate::check::coverage::Coverage;
 use crate::check::trace::{Trace, TraceError};
 use crate::engine::explore::Explorer;
 use crate::engine::machine::{SettingsError, SuiteError, SuiteSettings, SUITES};
-use crate::engine::minimize::{max_tests_default, minimize_with, MinimizeError, Minimized};
+use crate::engine::minimize::{minimize_with, MinimizeError, Minimized, DEFAULT_MAX_TESTS};
 use crate::engine::oracle::Oracle;
 use crate::engine::relation::OracleError;
 use crate::engine::strategy::{profile_support, PROFILES};
@@ -129,7 +131,11 @@ pub fn check_subject(
 
 /// [`check_subject`] for the cache `open` builds, named `name`, with the
 /// knobs of the environment (`KVCHECK_CASES`, `KVCHECK_MAX_OPS`,
-/// `KVCHECK_SEED`); a knob that does not parse is an error naming it.
+/// `KVCHECK_SEED`, …); a knob that does not parse is an error naming it.
+///
+/// An entry point, meant to be called from a test: it resolves the
+/// [`Settings`](crate::settings::Settings) once ([`SuiteSettings::from_env`]).
+/// Code that has settings already calls [`check_subject`].
 pub fn check_all(
     name: &str,
     capabilities: Capabilities,
@@ -168,7 +174,7 @@ pub struct Saved {
 }
 
 /// Stores `trace` at `path` for the regression corpus: minimized first
-/// (at most `max_tests` runs, default `KVCHECK_MAX_TESTS` or 2000) when it
+/// (at most `max_tests` runs, default [`DEFAULT_MAX_TESTS`]) when it
 /// fails on `subject`, as it is when it passes (it then pins today's
 /// behaviour); `expect` comes from the model either way.
 pub fn save(
@@ -191,7 +197,7 @@ pub fn save_with(
     max_tests: Option<usize>,
     path: &Path,
 ) -> Result<Saved, SaveError> {
-    let max_tests = max_tests.unwrap_or_else(max_tests_default);
+    let max_tests = max_tests.unwrap_or(DEFAULT_MAX_TESTS);
     let oracle = Oracle::for_trace(oracle, trace.oracle.as_ref()).map_err(SaveError::Oracle)?;
     let saved = match minimize_with(trace, subject.clone(), &oracle, max_tests) {
         Ok(m) => Saved {

@@ -35,9 +35,9 @@ mod shipped;
 
 pub use capabilities::{Capabilities, Feature, OpKind, Unsupported};
 pub use exec::{
-    exact_kinds_from_env, parse_timeout, tensor_bytes, tensor_from_bytes, timeout_from_env,
-    ExecCache, ExecCommandError, ExecSubject, Hello, InvalidTimeout, OpLink, SubjectFailure,
-    DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT, STDERR_LINES,
+    parse_timeout, tensor_bytes, tensor_from_bytes, ExecCache, ExecCommandError, ExecSubject,
+    Hello, InvalidTimeout, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT,
+    STDERR_LINES,
 };
 pub use factory::{parse_kind, register, Factory, Kind, KindArgs, OpenFn};
 pub use faults::Fault;
@@ -110,7 +110,8 @@ pub enum SubjectError {
     },
 }
 
-/// `KVCHECK_SUBJECT` holds something [`SubjectSpec::parse`] refuses.
+/// `KVCHECK_SUBJECT` holds something [`SubjectSpec::parse`] refuses
+/// ([`Settings::suite_subject`](crate::settings::Settings::suite_subject)).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("KVCHECK_SUBJECT: {source}")]
 pub struct SubjectEnvError {
@@ -248,19 +249,6 @@ impl SubjectSpec {
                         text: text.to_string(),
                     }),
                 }
-            }
-        }
-    }
-
-    /// The subject of the property suites: `KVCHECK_SUBJECT` (any form
-    /// [`SubjectSpec::parse`] takes), else the shipped caches. A value
-    /// that does not parse is an error naming the variable.
-    pub fn from_env() -> Result<SubjectSpec, SubjectEnvError> {
-        match std::env::var("KVCHECK_SUBJECT") {
-            Err(_) => Ok(SubjectSpec::Cache),
-            Ok(text) if text.trim().is_empty() => Ok(SubjectSpec::Cache),
-            Ok(text) => {
-                SubjectSpec::parse(text.trim()).map_err(|source| SubjectEnvError { source })
             }
         }
     }

@@ -61,6 +61,7 @@ fn settings(cases: u32) -> SuiteSettings {
         seed: None,
         subject: SubjectSpec::Cache,
         oracle: kvcheck::engine::oracle::Oracle::model(),
+        ..SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

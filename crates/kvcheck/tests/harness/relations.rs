@@ -2,7 +2,7 @@
 //! caches, and the relation failures of the zoo.
 
 use kvcheck::engine::machine::CASE_DRAWS;
-use kvcheck::engine::relation::{check, domain, Relation, Work};
+use kvcheck::engine::relation::{check, domain, Relation, Work, DEFAULT_INSTANCES};
 use kvcheck::engine::strategy::PROFILES;
 use kvcheck::subject::SubjectSpec;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
@@ -175,7 +175,15 @@ fn every_relation_catches_a_fault_of_the_zoo() {
     for (relation, fault) in BREAKS {
         let fault = CacheFault::from_name(fault).expect("a fault of the zoo");
         let target = Target::fault(fault, FaultBase::Shipped);
-        let row = catch(target, &[relation], 1, Duration::from_secs(120), 400, 40);
+        let row = catch(
+            target,
+            &[relation],
+            DEFAULT_INSTANCES,
+            1,
+            Duration::from_secs(120),
+            400,
+            40,
+        );
         assert_caught(&row, relation, fault.name());
     }
 }
@@ -308,7 +316,15 @@ fn every_relation_catches_a_fault_through_an_exec_subject() {
             env!("CARGO_BIN_EXE_kvcheck")
         );
         let subject = SubjectSpec::parse(&command).unwrap();
-        let row = catch_on(&subject, &[relation], 1, Duration::from_secs(120), 400, 40);
+        let row = catch_on(
+            &subject,
+            &[relation],
+            DEFAULT_INSTANCES,
+            1,
+            Duration::from_secs(120),
+            400,
+            40,
+        );
         assert_caught(&row, relation, &format!("{fault} through exec"));
     }
 }
@@ -344,7 +360,15 @@ fn each_relation_catches_its_fault_of_a_python_subject() {
     for (relation, fault) in PYTHON_BREAKS {
         let command = format!("exec:python3 {} --fault {fault}", adapter.display());
         let subject = SubjectSpec::parse(&command).unwrap();
-        let row = catch_on(&subject, &[relation], 1, Duration::from_secs(120), 400, 40);
+        let row = catch_on(
+            &subject,
+            &[relation],
+            DEFAULT_INSTANCES,
+            1,
+            Duration::from_secs(120),
+            400,
+            40,
+        );
         assert_caught(&row, relation, &format!("{fault} through exec"));
     }
 }

@@ -295,6 +295,7 @@ fn parallel_failing_suites_keep_their_own_traces() {
                         seed: Some(5),
                         subject: SubjectSpec::Fault(fault),
                         oracle: kvcheck::engine::oracle::Oracle::model(),
+                        ..SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"))
                     };
                     check_family::<Tiny>(&settings)
                         .expect_err("the fault is found")

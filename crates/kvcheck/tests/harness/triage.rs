@@ -145,7 +145,8 @@ fn settle_minimizes_each_finding_keeping_its_signature() {
     let dir = scratch("triage-settle");
     let subject = head_start_ignored();
     let mut lines = 0;
-    let findings = settle(&outcome.triage, &subject, &dir, 500, |_| lines += 1);
+    let model = kvcheck::engine::oracle::Oracle::model();
+    let findings = settle(&outcome.triage, &subject, &model, &dir, 500, |_| lines += 1);
     assert_eq!(lines, findings.len());
     assert_eq!(findings.len(), outcome.triage.len());
     for f in &findings {

@@ -20,6 +20,7 @@ fn default_budgets() -> SuiteSettings {
         seed: None,
         subject: SubjectSpec::Cache,
         oracle: kvcheck::engine::oracle::Oracle::model(),
+        ..SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -7,7 +7,7 @@ use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::engine::power::Target;
 use kvcheck::engine::relation::power::{catch, invisible, SelfCatch};
 use kvcheck::engine::relation::Relation;
-use kvcheck::engine::scale::default_jobs;
+use kvcheck::settings::Settings;
 
 use super::{in_parallel, Args};
 use crate::cli::CliError;
@@ -15,13 +15,18 @@ use crate::cli::CliError;
 /// Longest op sequence of a drawn case.
 const MAX_OPS: usize = 40;
 
-pub fn measure(args: &Args, relations: &[Relation], targets: &[Target]) -> Result<(), CliError> {
+pub fn measure(
+    args: &Args,
+    relations: &[Relation],
+    targets: &[Target],
+    settings: &Settings,
+) -> Result<(), CliError> {
     let started = Instant::now();
     let relations = relations.to_vec();
     let rows: Vec<usize> = (0..targets.len())
         .filter(|&i| args.shard.contains(i))
         .collect();
-    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let jobs = args.jobs.unwrap_or_else(|| settings.workers());
     eprintln!(
         "kvcheck power --oracle self: {} rows × {} relations, cache {}, seed {}, at most {} cases or {} s per cell, {jobs} workers",
         rows.len(),
@@ -40,6 +45,7 @@ pub fn measure(args: &Args, relations: &[Relation], targets: &[Target]) -> Resul
         catch(
             targets[i],
             &[relation],
+            settings.relation_instances,
             args.seed,
             budget,
             args.cases,

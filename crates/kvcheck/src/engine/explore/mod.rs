@@ -58,14 +58,10 @@ use crate::check::divergence::Divergence;
 use crate::engine::oracle::Oracle;
 use crate::subject::{Fault, SubjectSpec};
 
-/// Default depth: `KVCHECK_EXPLORE_DEPTH`, else 3.
-pub fn default_depth() -> usize {
-    // Validated where the program starts (`crate::settings::check_env`).
-    crate::settings::count("KVCHECK_EXPLORE_DEPTH")
-        .ok()
-        .flatten()
-        .unwrap_or(3)
-}
+/// Depth of an [`Explorer`] until [`Explorer::depth`] sets another (an
+/// entry point's settings may give one: `KVCHECK_EXPLORE_DEPTH`,
+/// [`Settings::explore_depth`](crate::settings::Settings::explore_depth)).
+pub const DEFAULT_DEPTH: usize = 3;
 
 /// A breadth-first explorer of one configuration and one subject.
 #[derive(Clone, Debug)]
@@ -83,13 +79,13 @@ pub struct Explorer {
 }
 
 impl Explorer {
-    /// Explores `config` against `subject`, to [`default_depth`] with the
+    /// Explores `config` against `subject`, to [`DEFAULT_DEPTH`] with the
     /// full alphabet, from the empty cache.
     pub fn new(config: &Config, subject: SubjectSpec) -> Explorer {
         Explorer {
             config: config.clone(),
             subject,
-            depth: default_depth(),
+            depth: DEFAULT_DEPTH,
             alphabet: Alphabet::Full,
             prefix: Vec::new(),
             time_limit: None,

@@ -42,19 +42,10 @@ mod reducer;
 
 use reducer::Reducer;
 
-/// Default test budget of [`minimize`] (`--max-tests`); the environment
-/// variable `KVCHECK_MAX_TESTS` overrides it (see [`max_tests_default`]).
+/// Default test budget of [`minimize`] (`--max-tests`); an entry point's
+/// settings may give another (`KVCHECK_MAX_TESTS`,
+/// [`Settings::max_tests`](crate::settings::Settings::max_tests)).
 pub const DEFAULT_MAX_TESTS: usize = 2000;
-
-/// The test budget when none is given: `KVCHECK_MAX_TESTS` if it parses,
-/// else [`DEFAULT_MAX_TESTS`].
-pub fn max_tests_default() -> usize {
-    // Validated where the program starts (`crate::settings::check_env`).
-    crate::settings::count("KVCHECK_MAX_TESTS")
-        .ok()
-        .flatten()
-        .unwrap_or(DEFAULT_MAX_TESTS)
-}
 
 /// What "the same failure" means: the divergence kind and the op kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -216,20 +207,22 @@ pub fn minimize(
     subject: SubjectSpec,
     max_tests: usize,
 ) -> Result<Minimized, MinimizeError> {
-    minimize_keeping(trace, subject, max_tests, |_| true)
+    minimize_keeping(trace, subject, &Oracle::model(), max_tests, |_| true)
 }
 
-/// [`minimize`], where a candidate must also satisfy `keep` to count as the
-/// same failure: triage keeps a finer signature than [`Signature`], so that
-/// the minimized trace of one finding cannot drift to another. The trace's
-/// own oracle, if it names one, is used as by [`minimize`].
+/// [`minimize`] against `oracle` (or the oracle the trace names when
+/// `oracle` is the model, see [`Oracle::for_trace`]), where a candidate must
+/// also satisfy `keep` to count as the same failure: triage keeps a finer
+/// signature than [`Signature`], so that the minimized trace of one finding
+/// cannot drift to another.
 pub fn minimize_keeping(
     trace: &Trace,
     subject: SubjectSpec,
+    oracle: &Oracle,
     max_tests: usize,
     keep: impl Fn(&Divergence) -> bool + 'static,
 ) -> Result<Minimized, MinimizeError> {
-    let oracle = Oracle::for_trace(&Oracle::model(), trace.oracle.as_ref())
+    let oracle = Oracle::for_trace(oracle, trace.oracle.as_ref())
         .map_err(|e| MinimizeError::Setup(format!("the trace's oracle: {e}")))?;
     minimize_general(trace, subject, &oracle, max_tests, keep)
 }

@@ -32,11 +32,9 @@ use proptest::test_runner::TestRunner;
 
 use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::Divergence;
-use std::path::PathBuf;
-
 use crate::check::trace::{OracleKind, OracleTag};
 use crate::engine::machine::{CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
-use crate::engine::minimize::{max_tests_default, minimize_with};
+use crate::engine::minimize::minimize_with;
 use crate::engine::relation::{self, Finding, NotChecked, Relation, Work};
 use crate::engine::strategy::Profile;
 use crate::subject::SubjectSpec;
@@ -128,6 +126,19 @@ pub trait Judge: fmt::Debug + Send + Sync {
     fn relations(&self) -> Vec<Relation> {
         Vec::new()
     }
+
+    /// This judge checking `instances` instances of each relation per
+    /// trace (none to keep it: a judge that checks no relation).
+    fn with_relation_instances(&self, instances: usize) -> Option<Oracle> {
+        let _ = instances;
+        None
+    }
+
+    /// The instances of each relation it checks per trace (none for a
+    /// judge that checks no relation).
+    fn relation_instances(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// An oracle: a shared handle on a [`Judge`] (see the module docs). Two
@@ -157,9 +168,14 @@ impl Oracle {
     }
 
     /// The subject's own transformed runs: every relation (`self`) or one
-    /// (`self:M9`).
+    /// (`self:M9`), [`DEFAULT_INSTANCES`](relation::DEFAULT_INSTANCES) of
+    /// each per trace ([`Oracle::with_relation_instances`] sets another
+    /// count).
     pub fn relations(only: Option<Relation>) -> Oracle {
-        Oracle::new(relations::RelationsJudge { only })
+        Oracle::new(relations::RelationsJudge {
+            only,
+            instances: relation::DEFAULT_INSTANCES,
+        })
     }
 
     /// Another implementation (`cache:ring`, `exec:…`, any subject form).
@@ -181,15 +197,9 @@ impl Oracle {
             })
     }
 
-    /// `KVCHECK_ORACLE` (any form [`Oracle::parse`] takes), else the model.
-    pub fn from_env() -> Result<Oracle, relation::OracleEnvError> {
-        match std::env::var("KVCHECK_ORACLE") {
-            Err(_) => Ok(Oracle::model()),
-            Ok(text) => Oracle::parse(&text).map_err(|source| relation::OracleEnvError { source }),
-        }
-    }
-
-    /// The oracle a trace's `oracle` field names.
+    /// The oracle a trace's `oracle` field names, with the default
+    /// options (an entry point configures it, see
+    /// [`Settings::configure_oracle`](crate::settings::Settings::configure_oracle)).
     pub fn of_tag(tag: &OracleTag) -> Result<Oracle, relation::OracleError> {
         match tag.kind {
             OracleKind::SelfCheck => Ok(Oracle::relations(tag.relation)),
@@ -203,8 +213,8 @@ impl Oracle {
     }
 
     /// The oracle to check a trace with: `chosen` when the command line or
-    /// the environment chose one other than the model, else the one the
-    /// trace names, else the model.
+    /// the settings chose one other than the model, else the one the
+    /// trace names ([`Oracle::of_tag`]), else the model.
     pub fn for_trace(
         chosen: &Oracle,
         tag: Option<&OracleTag>,
@@ -253,6 +263,18 @@ impl Oracle {
         self.0
             .with_exec_options(timeout, exact_kinds)
             .unwrap_or_else(|| self.clone())
+    }
+
+    /// See [`Judge::with_relation_instances`].
+    pub fn with_relation_instances(&self, instances: usize) -> Oracle {
+        self.0
+            .with_relation_instances(instances)
+            .unwrap_or_else(|| self.clone())
+    }
+
+    /// See [`Judge::relation_instances`].
+    pub fn relation_instances(&self) -> Option<usize> {
+        self.0.relation_instances()
     }
 
     /// See [`Judge::draw`].
@@ -379,7 +401,8 @@ pub fn model_coverage(config: &Config, ops: &[Op]) -> Coverage {
 /// The suite of one profile against an oracle that judges whole traces:
 /// `settings.cases` sequences of profile number `index` drawn by the
 /// oracle (seeded like the lockstep suites), each checked whole. The first divergence is minimized against
-/// the same oracle, saved under `target/kvcheck-failures/` and returned as
+/// the same oracle (at most `settings.max_tests` runs), saved under
+/// `settings.failures_dir` and returned as
 /// the message; otherwise the coverage, which must reach `required`.
 pub fn check_cases(
     profile: &Profile,
@@ -408,15 +431,14 @@ pub fn check_cases(
             &trace,
             subject.clone(),
             &settings.oracle,
-            max_tests_default(),
+            settings.max_tests,
         )
         .map(|m| m.divergence)
         .unwrap_or(found);
         let mut small = small;
-        let dir =
-            PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
-                .join("kvcheck-failures");
-        let saved = small.save_in(&dir).map(|path| path.display().to_string());
+        let saved = small
+            .save_in(&settings.failures_dir)
+            .map(|path| path.display().to_string());
         return Err(crate::engine::machine::SuiteError::OracleDiverged {
             profile: profile.name,
             case,

@@ -11,9 +11,7 @@ use super::{Judge, Oracle};
 use crate::check::divergence::{Divergence, DivergenceKind};
 use crate::check::trace::OracleTag;
 use crate::engine::machine::CaseError;
-use crate::engine::relation::{
-    self, domain, instances_from_env, Finding, NotChecked, OracleError, Relation, Work,
-};
+use crate::engine::relation::{self, domain, Finding, NotChecked, OracleError, Relation, Work};
 use crate::subject::SubjectSpec;
 
 /// Every relation (`only` none) or one.
@@ -21,6 +19,10 @@ use crate::subject::SubjectSpec;
 pub struct RelationsJudge {
     /// The one relation checked, if not all.
     pub only: Option<Relation>,
+    /// Instances of each relation tried per trace (`limit` of
+    /// [`relation::find`]; `KVCHECK_RELATION_INSTANCES` at the entry
+    /// points).
+    pub instances: usize,
 }
 
 /// `self`, `self:M9` or `self:refusal-pure`.
@@ -78,13 +80,15 @@ impl Judge for RelationsJudge {
         work: &mut Work,
     ) -> Result<Option<Finding>, NotChecked> {
         let relations = self.relations();
-        relation::find(config, ops, subject, &relations, instances_from_env(), work)
+        relation::find(config, ops, subject, &relations, self.instances, work)
     }
 
     /// Only the relation that failed needs to keep failing.
     fn narrowed(&self, divergence: &Divergence) -> Option<Oracle> {
         match (self.only, divergence.kind) {
-            (None, DivergenceKind::Relation(r)) => Some(Oracle::relations(Some(r))),
+            (None, DivergenceKind::Relation(r)) => {
+                Some(Oracle::relations(Some(r)).with_relation_instances(self.instances))
+            }
             _ => None,
         }
     }
@@ -110,5 +114,13 @@ impl Judge for RelationsJudge {
             None => Relation::ALL.to_vec(),
             Some(r) => vec![r],
         }
+    }
+
+    fn with_relation_instances(&self, instances: usize) -> Option<Oracle> {
+        Some(Oracle::new(RelationsJudge { instances, ..*self }))
+    }
+
+    fn relation_instances(&self) -> Option<usize> {
+        Some(self.instances)
     }
 }

@@ -40,20 +40,11 @@ use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
 use transform::{instances, Pair, Part};
 
-/// Instances tried per relation and trace when neither the caller nor
-/// `KVCHECK_RELATION_INSTANCES` says otherwise (the first and the last
-/// candidate).
+/// Instances tried per relation and trace unless the oracle was given
+/// another count ([`Oracle::with_relation_instances`](crate::engine::oracle::Oracle::with_relation_instances),
+/// `KVCHECK_RELATION_INSTANCES` at the entry points): the first and the
+/// last candidate.
 pub const DEFAULT_INSTANCES: usize = 2;
-
-/// Instances per relation: `KVCHECK_RELATION_INSTANCES` if it parses to a
-/// positive number, else [`DEFAULT_INSTANCES`].
-pub fn instances_from_env() -> usize {
-    // Validated where the program starts (`crate::settings::check_env`).
-    crate::settings::count("KVCHECK_RELATION_INSTANCES")
-        .ok()
-        .flatten()
-        .unwrap_or(DEFAULT_INSTANCES)
-}
 
 /// Why a trace could not be checked at all (not a divergence).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

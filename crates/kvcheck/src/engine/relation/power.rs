@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use kvcache::fault::CacheFault;
 
 use super::domain::draw;
-use super::{check, instances_from_env, Relation, Work};
+use super::{check, Relation, Work};
 use crate::check::divergence::DivergenceKind;
 use crate::engine::minimize::minimize_with;
 use crate::engine::oracle::Oracle;
 use crate::engine::power::{profile_runners, Target};
-use crate::engine::replay::replay;
+use crate::engine::replay::replay_with;
 use crate::subject::SubjectSpec;
 
 /// Candidates the minimizer may try per catch.
@@ -46,12 +46,14 @@ pub struct SelfCatch {
     pub note: String,
 }
 
-/// Checks `target` with `relations`, drawing cases from `seed` until the
-/// first failure, `max_cases` cases or `budget`; a catch is minimized (the
-/// same relation kept) and its trace replayed.
+/// Checks `target` with `relations` (`instances` instances of each per
+/// trace, see [`super::find`]), drawing cases from `seed` until the first
+/// failure, `max_cases` cases or `budget`; a catch is minimized (the same
+/// relation kept) and its trace replayed.
 pub fn catch(
     target: Target,
     relations: &[Relation],
+    instances: usize,
     seed: u64,
     budget: Duration,
     max_cases: u64,
@@ -60,6 +62,7 @@ pub fn catch(
     let mut row = catch_on(
         &target.subject(),
         relations,
+        instances,
         seed,
         budget,
         max_cases,
@@ -75,6 +78,7 @@ pub fn catch(
 pub fn catch_on(
     subject: &SubjectSpec,
     relations: &[Relation],
+    instances: usize,
     seed: u64,
     budget: Duration,
     max_cases: u64,
@@ -96,7 +100,6 @@ pub fn catch_on(
         return row;
     };
     let (selected, mut runners) = profile_runners(&capabilities, seed);
-    let limit = instances_from_env();
     while started.elapsed() < budget && row.cases < max_cases && !selected.is_empty() {
         for (slot, &profile) in selected.iter().enumerate() {
             row.cases += 1;
@@ -110,22 +113,32 @@ pub fn catch_on(
             let Ok((config, ops)) = drawn else {
                 continue;
             };
-            let found = check(&config, &ops, &subject, relations, limit, &mut row.work);
+            let found = check(&config, &ops, &subject, relations, instances, &mut row.work);
             let Ok(Some(divergence)) = found else {
                 continue;
             };
             row.seconds = started.elapsed().as_secs_f64();
             row.caught = Some(divergence.kind);
             row.note = divergence.summary();
-            let oracle = Oracle::relations(None).narrowed(&divergence);
+            let oracle = Oracle::relations(None)
+                .with_relation_instances(instances)
+                .narrowed(&divergence);
             if let Ok(m) =
                 minimize_with(&divergence.trace, subject.clone(), &oracle, MINIMIZE_TESTS)
             {
                 row.minimized_ops = Some(m.trace.ops.len());
-                // The file form: what `kvcheck replay` reads back.
+                // The file form: what `kvcheck replay` reads back, checked
+                // against the relation it names with as many instances.
                 let again = crate::check::trace::Trace::from_json(&m.trace.to_json())
                     .ok()
-                    .map(|t| replay(&t, None, Some(subject.clone()), None));
+                    .map(|t| {
+                        let named = t.oracle.as_ref().map(Oracle::of_tag);
+                        let oracle = match named {
+                            Some(Ok(named)) => named.with_relation_instances(instances),
+                            _ => Oracle::model(),
+                        };
+                        replay_with(&t, None, Some(subject.clone()), None, &oracle)
+                    });
                 row.replayed = Some(
                     again.is_some_and(|r| r.divergence.is_some_and(|d| d.kind == divergence.kind)),
                 );

@@ -1,17 +1,8 @@
 //! How many worker threads a campaign uses.
 
-/// Workers by default: `KVCHECK_JOBS` when it is a positive number, else
-/// the cores available to this process (at least 1).
-pub fn default_jobs() -> usize {
-    // A bad value is refused where the program starts
-    // (`crate::settings::check_env`); here it can only be unset or valid.
-    crate::settings::count("KVCHECK_JOBS")
-        .ok()
-        .flatten()
-        .unwrap_or_else(available_cores)
-}
-
-/// The cores available to this process (at least 1).
+/// The cores available to this process (at least 1): the workers of a
+/// campaign unless `--jobs` or `KVCHECK_JOBS` says otherwise
+/// ([`Settings::workers`](crate::settings::Settings::workers)).
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -23,6 +23,7 @@ pub use signature::TriageSignature;
 
 use crate::check::divergence::Divergence;
 use crate::engine::minimize::minimize_keeping;
+use crate::engine::oracle::Oracle;
 use crate::subject::SubjectSpec;
 
 /// One group of divergences with the same signature.
@@ -142,12 +143,15 @@ impl Triage {
     }
 }
 
-/// Saves each finding's representative under `dir`, minimizes it (at most
-/// `max_tests` candidates, keeping its signature) and saves that too.
+/// Saves each finding's representative under `dir`, minimizes it against
+/// `oracle` (the one the campaign checked against; a trace that names its
+/// own is minimized against that when `oracle` is the model) in at most
+/// `max_tests` candidates, keeping its signature, and saves that too.
 /// `progress` gets one line per finding as it is minimized.
 pub fn settle(
     triage: &Triage,
     subject: &SubjectSpec,
+    oracle: &Oracle,
     dir: &Path,
     max_tests: usize,
     mut progress: impl FnMut(String),
@@ -163,9 +167,13 @@ pub fn settle(
             .ok();
         let wanted = finding.signature.clone();
         let started = std::time::Instant::now();
-        let minimized = minimize_keeping(&divergence.trace, subject.clone(), max_tests, move |d| {
-            TriageSignature::of(d) == wanted
-        });
+        let minimized = minimize_keeping(
+            &divergence.trace,
+            subject.clone(),
+            oracle,
+            max_tests,
+            move |d| TriageSignature::of(d) == wanted,
+        );
         let (minimized_ops, minimized_trace) = match minimized {
             Ok(m) => {
                 let mut small = m.divergence;

@@ -19,8 +19,6 @@
 
 use std::time::Duration;
 
-use crate::settings::SettingError;
-
 mod cache;
 mod failure;
 mod pool;
@@ -56,13 +54,6 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Lines of the subject's stderr kept for reports.
 pub const STDERR_LINES: usize = 20;
 
-/// The timeout from `KVCHECK_SUBJECT_TIMEOUT` (seconds, fractions allowed),
-/// else [`DEFAULT_TIMEOUT`]. A value that is not a positive number is an
-/// error naming the variable.
-pub fn timeout_from_env() -> Result<Duration, SettingError> {
-    crate::settings::seconds("KVCHECK_SUBJECT_TIMEOUT").map(|t| t.unwrap_or(DEFAULT_TIMEOUT))
-}
-
 /// A `--subject-timeout` that is not a positive, finite number of seconds.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{text:?} is not a positive number of seconds")]
@@ -80,10 +71,4 @@ pub fn parse_timeout(text: &str) -> Result<Duration, InvalidTimeout> {
             text: text.to_string(),
         }),
     }
-}
-
-/// Whether `KVCHECK_EXACT_KINDS` asks for exact error kinds (`1`, `true`).
-pub fn exact_kinds_from_env() -> bool {
-    // Validated where the program starts (`crate::settings::check_env`).
-    crate::settings::flag("KVCHECK_EXACT_KINDS").unwrap_or(false)
 }

@@ -1,13 +1,12 @@
 //! [`ExecSubject`]: the command, its settings, and the idle processes kept
 //! for the next case.
 
-use crate::subject::exact_kinds_from_env;
 use crate::subject::exec::Process;
-use crate::subject::timeout_from_env;
 use crate::subject::ExecCache;
 use crate::subject::Hello;
 use crate::subject::OpLink;
 use crate::subject::SubjectFailure;
+use crate::subject::DEFAULT_TIMEOUT;
 use crate::subject::STARTUP_TIMEOUT;
 use candle_core::Device;
 use kvmodel::{Config, Variant};
@@ -34,10 +33,6 @@ pub enum ExecCommandError {
     /// The command line holds no word.
     #[error("exec: needs a command, e.g. exec:'python3 adapters/reference_subject.py'")]
     Empty,
-    /// `KVCHECK_SUBJECT_TIMEOUT`, the default response timeout, does not
-    /// hold a positive number of seconds.
-    #[error(transparent)]
-    Timeout(#[from] crate::settings::SettingError),
 }
 
 /// A command that speaks kvcheck-subject/1, with its idle processes.
@@ -62,9 +57,12 @@ impl fmt::Debug for ExecSubject {
 }
 
 impl ExecSubject {
-    /// The subject `command_line` (split like a shell would). The timeout
-    /// defaults to `KVCHECK_SUBJECT_TIMEOUT` or 10 s, exact kinds to
-    /// `KVCHECK_EXACT_KINDS`. Nothing is spawned until it is needed.
+    /// The subject `command_line` (split like a shell would), with the
+    /// default timeout ([`DEFAULT_TIMEOUT`]) and refusals compared as
+    /// refused; the caller sets its own ([`ExecSubject::with_timeout`],
+    /// [`ExecSubject::with_exact_kinds`], from `--subject-timeout`,
+    /// `KVCHECK_SUBJECT_TIMEOUT` and the like). Nothing is spawned until it
+    /// is needed.
     pub fn new(command_line: &str) -> Result<ExecSubject, ExecCommandError> {
         let argv = shell_words::split(command_line).map_err(|source| ExecCommandError::Split {
             command: command_line.to_string(),
@@ -76,8 +74,8 @@ impl ExecSubject {
         Ok(ExecSubject {
             command: command_line.trim().to_string(),
             argv,
-            timeout: timeout_from_env()?,
-            exact_kinds: exact_kinds_from_env(),
+            timeout: DEFAULT_TIMEOUT,
+            exact_kinds: false,
             idle: Mutex::new(Vec::new()),
             hello: Mutex::new(None),
             spawned: AtomicUsize::new(0),
