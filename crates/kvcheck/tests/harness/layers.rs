@@ -1,7 +1,8 @@
 //! The wings of the crate depend downwards only (`docs/architecture.md`):
 //! `check` and `subject` name no `engine` path, `report` names neither an
-//! engine path nor the CLI, and `lib.rs` re-exports no module under a
-//! second path. Read from the sources, so a new import that runs back up
+//! engine path nor the CLI, `lib.rs` re-exports no module under a second
+//! path, and no library file reads the environment (only `settings.rs` and
+//! the CLI do). Read from the sources, so a new import that runs back up
 //! fails here, naming the file and the line.
 
 use std::fs;
@@ -66,6 +67,44 @@ fn report_names_no_engine_type() {
         found.is_empty(),
         "report/ imports upwards:\n{}",
         found.join("\n")
+    );
+}
+
+/// Library code reads no environment variable: every knob is read once, by
+/// `settings.rs` (`Settings::from_env`), where a program, test or bench
+/// starts, and passed down as values. The CLI (`cli/`, `main.rs`) is such
+/// an entry point. A new `env::var` in an engine, a subject or a check
+/// fails here, naming the file and the line.
+#[test]
+fn only_settings_and_the_cli_read_the_environment() {
+    let forbidden = ["env::var", "var_os"];
+    let entry = |file: &Path| {
+        let file = file.strip_prefix(src()).expect("a file under src");
+        file == Path::new("settings.rs") || file == Path::new("main.rs") || file.starts_with("cli")
+    };
+    let found = offending("", &forbidden);
+    let settings = src().join("settings.rs");
+    assert!(
+        found
+            .iter()
+            .any(|line| line.starts_with(&format!("{}:", settings.display()))),
+        "the check finds the reads of settings.rs: {found:?}"
+    );
+    let library: Vec<&String> = found
+        .iter()
+        .filter(|line| {
+            let file = line.split(':').next().unwrap_or_default();
+            !entry(Path::new(file))
+        })
+        .collect();
+    assert!(
+        library.is_empty(),
+        "library code reads the environment (take the value from `kvcheck::settings::Settings` instead):\n{}",
+        library
+            .iter()
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
