@@ -15,8 +15,7 @@ use kvcache::KvCache;
 use kvmodel::{Config, ErrorKind, Op, Write};
 
 use crate::check::divergence::{misbehaviour, DivergenceKind};
-use crate::check::lockstep::payload_heads;
-use crate::check::payload::mixed_write_tensors;
+use crate::check::payload::{mixed_write_tensors, payload_rows};
 use crate::subject::{tensor_bytes, SubjectFailure, SubjectSpec};
 
 /// Payload elements above which a write is sent with an empty payload: a
@@ -298,18 +297,9 @@ fn write(
     w: &Write,
     payload: Payload,
 ) -> kvcache::Result<ViewBytes> {
-    let heads = payload_heads(w, config.heads);
-    let len = usize::try_from(w.len).unwrap_or(0);
-    let elements = config
-        .batch
-        .saturating_mul(len)
-        .saturating_mul(heads.len())
-        .saturating_mul(config.head_dim);
-    let (start, len) = if w.start >= 0 && elements <= PAYLOAD_LIMIT {
-        (w.start as u64, len)
-    } else {
-        (0, 0)
-    };
+    // No model says whether the request is accepted: its payload is built
+    // while it is small enough.
+    let (start, len, heads) = payload_rows(config, w, PAYLOAD_LIMIT);
     let writer = |batch, head| payload.writer(batch, head);
     let (k, v) = mixed_write_tensors(config, device, writer, start, len, heads)?;
     let view = cache.write_segments(w, &k, &v)?;

@@ -23,7 +23,7 @@
 
 use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::{describe_outcome, Divergence, DivergenceKind};
-use crate::check::payload::{write_tensor, write_tensors, Kv};
+use crate::check::payload::{payload_rows, write_tensor, write_tensors, Kv};
 use crate::check::trace::Trace;
 use crate::subject::{open_cache, Capabilities, OpLink, SubjectSpec, Unsupported};
 use candle_core::Device;
@@ -269,22 +269,13 @@ impl Lockstep {
         expected: &Outcome,
     ) -> Result<(), Box<Divergence>> {
         let config = self.model.config().clone();
-        let heads = payload_heads(w, config.heads);
-        let len = usize::try_from(w.len).unwrap_or(0);
-        let elements = config
-            .batch
-            .saturating_mul(len)
-            .saturating_mul(heads.len())
-            .saturating_mul(config.head_dim);
-        // A negative start only changes which rows the payload's values
-        // name; the payload keeps the request's shape.
-        let feasible = expected.error_kind().is_none()
-            || (elements <= REFUSED_PAYLOAD_LIMIT && heads.len() <= REFUSED_PAYLOAD_LIMIT);
-        let (start, len, heads) = if feasible {
-            (w.start.max(0) as u64, len, heads)
-        } else {
-            (0, 0, 0..config.heads)
+        // An accepted write carries its whole payload; a refused one only
+        // while it is small enough to build.
+        let limit = match expected.error_kind() {
+            None => usize::MAX,
+            Some(_) => REFUSED_PAYLOAD_LIMIT,
         };
+        let (start, len, heads) = payload_rows(&config, w, limit);
         let built = match self.value_check {
             ValueCheck::InPlace => write_tensors(
                 &config,
