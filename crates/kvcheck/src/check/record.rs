@@ -216,25 +216,17 @@ pub enum ObserveError {
 pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, ObserveError> {
     let device = Device::Cpu;
     let capabilities = subject.capabilities()?;
-    let (mut cache, link) = subject.open_linked(&plan.config, &device)?;
+    let mut cache = subject.open(&plan.config, &device)?;
     let mut transcript = Transcript::default();
     for (index, step) in plan.steps.iter().enumerate() {
-        if let Some(link) = &link {
-            link.set_index(index as u64);
-        }
+        cache.begin_op(index as u64);
         let result = match &step.op {
             Op::Write(w) => write(cache.as_mut(), &plan.config, &device, w, step.payload)
                 .map(|view| (view.global_end, Some(view))),
             Op::Rewind { to } => cache.rewind(*to).map(|g| (g, None)),
             Op::Evict { tokens } => cache.evict(*tokens).map(|g| (g, None)),
             Op::Pin { tokens } => cache.pin(*tokens).map(|g| (g, None)),
-            Op::Reset => {
-                let g = cache.reset();
-                match link.as_ref().and_then(|l| l.take_reset_failure()) {
-                    Some(failure) => Err(failure.into_cache_error()),
-                    None => Ok((g, None)),
-                }
-            }
+            Op::Reset => cache.reset().map(|g| (g, None)),
         };
         let seen = match result {
             Ok((global_end, mut view)) => {

@@ -6,7 +6,6 @@ use crate::subject::exec::Process;
 use crate::subject::timeout_from_env;
 use crate::subject::ExecCache;
 use crate::subject::Hello;
-use crate::subject::OpLink;
 use crate::subject::SubjectFailure;
 use crate::subject::STARTUP_TIMEOUT;
 use candle_core::Device;
@@ -195,10 +194,7 @@ impl ExecSubject {
                     capacity: Cell::new(config.capacity as u64),
                     resident_bytes: Cell::new(0),
                     capabilities: hello.capabilities,
-                    link: Arc::new(OpLink {
-                        reports: hello.reports,
-                        ..OpLink::default()
-                    }),
+                    index: 0,
                 };
                 // A fresh cache's state is compared too (before any op
                 // succeeds, e.g. after a first refused write).
