@@ -383,10 +383,10 @@ impl KvCache for DenseCache {
     /// Empties the slot map; the buffers keep their size (capacity and
     /// window keep their current values) and their stale bytes, which no
     /// view can reach and every later write overwrites or zeroes.
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> Result<u64> {
         self.slots.clear();
         self.state.reset();
-        0
+        Ok(0)
     }
 
     /// `2 · B · C · H · D · size_of(dtype)`: the allocated buffers.

@@ -199,8 +199,16 @@ pub trait KvCache {
     fn evict(&mut self, tokens: i64) -> Result<u64>;
     /// docs/contract.md §3 `pin`; returns the global end.
     fn pin(&mut self, tokens: i64) -> Result<u64>;
-    /// docs/contract.md §3 `reset`; returns 0.
-    fn reset(&mut self) -> u64;
+    /// docs/contract.md §3 `reset`; returns the new global end, 0.
+    ///
+    /// The contract never refuses a reset, and the caches of this crate
+    /// never fail one. The error is for implementations that can fail
+    /// outside the contract, as any other op can: a cache in another
+    /// process that crashed or answered nonsense ([`Error::External`]), a
+    /// backend failure. Like every error it leaves the cache as it was;
+    /// for a cache in another process, what it holds locally (its global
+    /// end) stays as it was and the error is that process's failure.
+    fn reset(&mut self) -> Result<u64>;
     /// Bytes held for K and V (docs/contract.md §6's formula).
     fn resident_bytes(&self) -> u64;
     /// The storage layout, slot by slot.
@@ -224,6 +232,19 @@ pub trait KvCache {
     /// (default: none).
     fn ring(&self) -> Option<RingLayout> {
         None
+    }
+    /// Tells the cache the index of the op about to be applied in its
+    /// case: the writer id under which the reference model
+    /// (`kvmodel::Model::apply`) records that op's rows. A driver calls it
+    /// before each op; the read-only checks that follow the op (a probe
+    /// after a refusal) come under the same index.
+    ///
+    /// It changes nothing the contract observes. The default ignores it
+    /// (the caches of this crate do not name writers); a cache that
+    /// forwards ops to another implementation which names writers by it (a
+    /// subject in another process) passes it on with the op.
+    fn begin_op(&mut self, index: u64) {
+        let _ = index;
     }
 }
 

@@ -376,12 +376,12 @@ impl KvCache for PackedCache {
         .into())
     }
 
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> Result<u64> {
         self.chunks.clear();
         self.has_current = false;
         self.global_end = 0;
         self.evicted_to = self.sink;
-        0
+        Ok(0)
     }
 
     fn resident_bytes(&self) -> u64 {

@@ -218,10 +218,10 @@ impl KvCache for RingCache {
 
     /// Empties the slot map; buffers, capacity and window stay. Stale rows
     /// are unreachable and every later write overwrites or zeroes them.
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> Result<u64> {
         self.map.clear();
         self.state.reset();
-        0
+        Ok(0)
     }
 
     /// `2 · B · C · H · D · size_of(dtype)`: the allocated buffers.

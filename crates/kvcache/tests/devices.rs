@@ -137,7 +137,7 @@ fn apply(cache: &mut dyn KvCache, device: &Device, index: u64, op: &Op) -> Seen 
         Op::Rewind { to } => seen(cache.rewind(*to)),
         Op::Evict { tokens } => seen(cache.evict(*tokens)),
         Op::Pin { tokens } => seen(cache.pin(*tokens)),
-        Op::Reset => Seen::Moved(cache.reset()),
+        Op::Reset => seen(cache.reset()),
     }
 }
 

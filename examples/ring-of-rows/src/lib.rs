@@ -286,10 +286,10 @@ impl KvCache for RingOfRows {
         refused("pin", "pinning")
     }
 
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> kvcache::Result<u64> {
         self.slots.iter_mut().for_each(|slot| *slot = None);
         self.global_end = 0;
-        0
+        Ok(0)
     }
 
     fn resident_bytes(&self) -> u64 {

@@ -239,12 +239,14 @@ impl KvCache for FaultyCache {
         Ok(g)
     }
 
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> Result<u64> {
+        // The inner cache first, so that an error leaves this one as it was.
+        let g = self.cache_mut().reset()?;
         self.chunks.clear();
         self.extra_cold.clear();
         self.lost_pin = None;
         self.sink_dropped = false;
-        self.cache_mut().reset()
+        Ok(g)
     }
 
     fn resident_bytes(&self) -> u64 {

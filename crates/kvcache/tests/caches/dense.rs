@@ -147,7 +147,7 @@ impl Lockstep {
             Op::Rewind { to } => self.cache.rewind(*to).map_err(kind),
             Op::Evict { tokens } => self.cache.evict(*tokens).map_err(kind),
             Op::Pin { tokens } => self.cache.pin(*tokens).map_err(kind),
-            Op::Reset => Ok(self.cache.reset()),
+            Op::Reset => self.cache.reset().map_err(kind),
         };
         assert_eq!(
             actual,

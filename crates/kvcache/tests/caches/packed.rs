@@ -237,7 +237,11 @@ fn step(model: &mut Model, cache: &mut PackedCache, index: u64, op: &Op) -> Outc
             .map(Effect::moved)
             .map_err(|e| e.kind().unwrap())
             .into(),
-        Op::Reset => Outcome::Ok(Effect::moved(cache.reset())),
+        Op::Reset => cache
+            .reset()
+            .map(Effect::moved)
+            .map_err(|e| e.kind().unwrap())
+            .into(),
     };
     match (&expected, &actual) {
         (Outcome::Ok(e), Outcome::Ok(a)) => {

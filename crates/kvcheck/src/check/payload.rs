@@ -143,6 +143,31 @@ pub fn row(config: &Config, kv: Kv, id: RowId) -> Vec<f32> {
         .collect()
 }
 
+/// The rows a write's payload carries, `(start, len, heads)`: the
+/// request's own shape ([`crate::check::lockstep::payload_heads`], a
+/// negative start naming rows from 0) when it holds at most `limit`
+/// elements and heads, else none at all (`(0, 0, every head)`): a request
+/// that large must be refused before its payload is looked at. Every
+/// driver asks a subject the same question with it.
+pub fn payload_rows(
+    config: &Config,
+    w: &kvmodel::Write,
+    limit: usize,
+) -> (u64, usize, std::ops::Range<usize>) {
+    let heads = crate::check::lockstep::payload_heads(w, config.heads);
+    let len = usize::try_from(w.len).unwrap_or(0);
+    let elements = config
+        .batch
+        .saturating_mul(len)
+        .saturating_mul(heads.len())
+        .saturating_mul(config.head_dim);
+    if elements <= limit && heads.len() <= limit {
+        (w.start.max(0) as u64, len, heads)
+    } else {
+        (0, 0, 0..config.heads)
+    }
+}
+
 /// The K or V tensor `[B, len, heads.len(), D]` that op `writer` writes.
 pub fn write_tensor(
     config: &Config,

@@ -15,8 +15,7 @@ use kvcache::KvCache;
 use kvmodel::{Config, ErrorKind, Op, Write};
 
 use crate::check::divergence::{misbehaviour, DivergenceKind};
-use crate::check::lockstep::payload_heads;
-use crate::check::payload::mixed_write_tensors;
+use crate::check::payload::{mixed_write_tensors, payload_rows};
 use crate::subject::{tensor_bytes, SubjectFailure, SubjectSpec};
 
 /// Payload elements above which a write is sent with an empty payload: a
@@ -217,25 +216,17 @@ pub enum ObserveError {
 pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, ObserveError> {
     let device = Device::Cpu;
     let capabilities = subject.capabilities()?;
-    let (mut cache, link) = subject.open_linked(&plan.config, &device)?;
+    let mut cache = subject.open(&plan.config, &device)?;
     let mut transcript = Transcript::default();
     for (index, step) in plan.steps.iter().enumerate() {
-        if let Some(link) = &link {
-            link.set_index(index as u64);
-        }
+        cache.begin_op(index as u64);
         let result = match &step.op {
             Op::Write(w) => write(cache.as_mut(), &plan.config, &device, w, step.payload)
                 .map(|view| (view.global_end, Some(view))),
             Op::Rewind { to } => cache.rewind(*to).map(|g| (g, None)),
             Op::Evict { tokens } => cache.evict(*tokens).map(|g| (g, None)),
             Op::Pin { tokens } => cache.pin(*tokens).map(|g| (g, None)),
-            Op::Reset => {
-                let g = cache.reset();
-                match link.as_ref().and_then(|l| l.take_reset_failure()) {
-                    Some(failure) => Err(failure.into_cache_error()),
-                    None => Ok((g, None)),
-                }
-            }
+            Op::Reset => cache.reset().map(|g| (g, None)),
         };
         let seen = match result {
             Ok((global_end, mut view)) => {
@@ -298,18 +289,9 @@ fn write(
     w: &Write,
     payload: Payload,
 ) -> kvcache::Result<ViewBytes> {
-    let heads = payload_heads(w, config.heads);
-    let len = usize::try_from(w.len).unwrap_or(0);
-    let elements = config
-        .batch
-        .saturating_mul(len)
-        .saturating_mul(heads.len())
-        .saturating_mul(config.head_dim);
-    let (start, len) = if w.start >= 0 && elements <= PAYLOAD_LIMIT {
-        (w.start as u64, len)
-    } else {
-        (0, 0)
-    };
+    // No model says whether the request is accepted: its payload is built
+    // while it is small enough.
+    let (start, len, heads) = payload_rows(config, w, PAYLOAD_LIMIT);
     let writer = |batch, head| payload.writer(batch, head);
     let (k, v) = mixed_write_tensors(config, device, writer, start, len, heads)?;
     let view = cache.write_segments(w, &k, &v)?;

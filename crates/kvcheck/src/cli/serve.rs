@@ -144,7 +144,7 @@ impl Server {
             Op::Rewind { to } => cache.rewind(to),
             Op::Evict { tokens } => cache.evict(tokens),
             Op::Pin { tokens } => cache.pin(tokens),
-            Op::Reset => Ok(cache.reset()),
+            Op::Reset => cache.reset(),
         };
         match moved {
             Ok(g) => json!({"ok": {"global_end": g}}),

@@ -91,11 +91,25 @@ fn unsupported(what: String) -> Result<(), Unsupported> {
     Err(Unsupported { what })
 }
 
+/// The state a subject without [`internals`](Capabilities::internals)
+/// still reports, to be compared with the model after every op as for
+/// in-process caches: capacity (docs/contract.md §3 step 7 growth) and
+/// resident bytes (§6, §7). An `exec:` subject declares it in its `hello`
+/// capabilities as `reports` (docs/subject-protocol.md) and sends it in
+/// every `ok` response to an op or a view.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reports {
+    /// The current capacity is reported.
+    pub capacity: bool,
+    /// The resident bytes are reported.
+    pub resident_bytes: bool,
+}
+
 /// What a subject can express (see the module docs). Compared outcomes
 /// depend on it too: without [`values`](Capabilities::values) only the
 /// outcome, the global end and the visible positions are compared; without
 /// [`internals`](Capabilities::internals) capacity and resident bytes are
-/// not.
+/// compared only where [`reports`](Capabilities::reports) names them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Capabilities {
     /// Config variants it can open.
@@ -115,6 +129,11 @@ pub struct Capabilities {
     /// ([`kvcache::KvCache::capacity`], `resident_bytes`, `layout`): true for
     /// in-process caches, false for an external process.
     pub internals: bool,
+    /// What a subject without internals reports anyway (an external
+    /// process's declared `reports`); with internals both are reported
+    /// whatever it says (see [`Capabilities::reported`]). Empty in
+    /// [`Capabilities::full`], whose internals report both.
+    pub reports: Reports,
 }
 
 impl Capabilities {
@@ -128,6 +147,21 @@ impl Capabilities {
             values: true,
             view: true,
             internals: true,
+            reports: Reports::default(),
+        }
+    }
+
+    /// What is compared besides the outcome, the global end and the view:
+    /// capacity and resident bytes for a subject with internals, else those
+    /// it [`reports`](Capabilities::reports).
+    pub fn reported(&self) -> Reports {
+        if self.internals {
+            Reports {
+                capacity: true,
+                resident_bytes: true,
+            }
+        } else {
+            self.reports
         }
     }
 
@@ -251,7 +285,29 @@ mod tests {
             values: false,
             view: false,
             internals: false,
+            reports: Reports::default(),
         }
+    }
+
+    #[test]
+    fn internals_report_everything_and_reports_add_to_nothing_else() {
+        assert_eq!(
+            Capabilities::full().reported(),
+            Reports {
+                capacity: true,
+                resident_bytes: true
+            }
+        );
+        assert_eq!(dense_f32_writes_only().reported(), Reports::default());
+        let capacity = Reports {
+            capacity: true,
+            resident_bytes: false,
+        };
+        let external = Capabilities {
+            reports: capacity,
+            ..dense_f32_writes_only()
+        };
+        assert_eq!(external.reported(), capacity);
     }
 
     #[test]

@@ -33,10 +33,10 @@ mod faults;
 mod reference;
 mod shipped;
 
-pub use capabilities::{Capabilities, Feature, OpKind, Unsupported};
+pub use capabilities::{Capabilities, Feature, OpKind, Reports, Unsupported};
 pub use exec::{
     parse_timeout, tensor_bytes, tensor_from_bytes, ExecCache, ExecCommandError, ExecSubject,
-    Hello, InvalidTimeout, OpLink, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT,
+    Hello, InvalidTimeout, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT,
     STDERR_LINES,
 };
 pub use factory::{parse_kind, register, Factory, Kind, KindArgs, OpenFn};
@@ -51,10 +51,6 @@ use candle_core::Device;
 use kvcache::fault::{CacheFault, FaultBase, FaultyCache};
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
-
-/// An opened subject and, for an external one, the link the driver shares
-/// with it.
-pub type LinkedCache = (Box<dyn KvCache>, Option<Arc<OpLink>>);
 
 /// Why a subject form does not parse ([`SubjectSpec::parse`]); the message
 /// quotes the text and names the accepted forms.
@@ -334,36 +330,26 @@ impl SubjectSpec {
         }
     }
 
-    /// Builds the subject for `config` on `device`.
+    /// Builds the subject for `config` on `device`. Everything a driver
+    /// needs beyond the cache is known before: what it can express and
+    /// reports ([`SubjectSpec::capabilities`]) and how refusals compare
+    /// ([`SubjectSpec::exact_kinds`]); the cache itself takes the index of
+    /// each op ([`KvCache::begin_op`]) and fails a reset like any other op.
     pub fn open(&self, config: &Config, device: &Device) -> kvcache::Result<Box<dyn KvCache>> {
-        Ok(self.open_linked(config, device)?.0)
-    }
-
-    /// [`SubjectSpec::open`] plus, for an external subject, the link the
-    /// driver shares with it.
-    pub fn open_linked(&self, config: &Config, device: &Device) -> kvcache::Result<LinkedCache> {
         Ok(match self {
-            SubjectSpec::Cache => (open_cache(config, device)?, None),
-            SubjectSpec::Ring => (open_ring(config, device)?, None),
-            SubjectSpec::CachePath(path) => (open_cache_on(config, device, *path)?, None),
-            SubjectSpec::Reference => (Box::new(ReferenceCache::new(config, device)?), None),
-            SubjectSpec::Fault(fault) => (
-                Box::new(ReferenceCache::with_fault(config, device, *fault)?),
-                None,
-            ),
-            SubjectSpec::CacheFault(fault) => {
-                (Box::new(FaultyCache::new(config, device, *fault)?), None)
+            SubjectSpec::Cache => open_cache(config, device)?,
+            SubjectSpec::Ring => open_ring(config, device)?,
+            SubjectSpec::CachePath(path) => open_cache_on(config, device, *path)?,
+            SubjectSpec::Reference => Box::new(ReferenceCache::new(config, device)?),
+            SubjectSpec::Fault(fault) => {
+                Box::new(ReferenceCache::with_fault(config, device, *fault)?)
             }
-            SubjectSpec::CacheFaultOn(fault, base) => (
-                Box::new(FaultyCache::on(config, device, *fault, *base)?),
-                None,
-            ),
-            SubjectSpec::Exec(subject) => {
-                let cache = subject.open(config, device)?;
-                let link = cache.link();
-                (Box::new(cache), Some(link))
+            SubjectSpec::CacheFault(fault) => Box::new(FaultyCache::new(config, device, *fault)?),
+            SubjectSpec::CacheFaultOn(fault, base) => {
+                Box::new(FaultyCache::on(config, device, *fault, *base)?)
             }
-            SubjectSpec::Factory(factory) => (factory.open(config, device)?, None),
+            SubjectSpec::Exec(subject) => Box::new(subject.open(config, device)?),
+            SubjectSpec::Factory(factory) => factory.open(config, device)?,
         })
     }
 }

@@ -195,9 +195,9 @@ impl KvCache for ReferenceCache {
         Ok(self.model.pin(tokens)?)
     }
 
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> kvcache::Result<u64> {
         self.rows.clear();
-        self.model.reset()
+        Ok(self.model.reset())
     }
 
     fn resident_bytes(&self) -> u64 {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::{Lockstep, SetupError};
+use kvcheck::check::record::{observe, Plan};
 use kvcheck::check::trace::{collect_trace_files, Trace};
 use kvcheck::engine::explore::Explorer;
 use kvcheck::engine::machine::SuiteSettings;
@@ -237,6 +238,76 @@ fn a_subject_that_prints_garbage_or_short_payloads_breaks_the_protocol() {
     assert_reported("garbage", 1, DivergenceKind::Protocol, &says);
     let says = ["k has 7 bytes, expected 8"];
     assert_reported("short", 1, DivergenceKind::Protocol, &says);
+}
+
+#[test]
+fn a_subject_that_fails_a_reset_is_reported_at_the_reset() {
+    if python_missing() {
+        return;
+    }
+    let ops = [
+        Op::Write(Write::new(0, 1)),
+        Op::Write(Write::new(1, 1)),
+        Op::Reset,
+    ];
+    // The reset is op request 2: the lockstep driver reports the crash there…
+    let (subject, _) = exec("--misbehave exit --at 2", Duration::from_secs(3));
+    let mut run = Lockstep::open(&sink_config(), &subject, &candle_core::Device::Cpu).unwrap();
+    let d = run.run(&ops).unwrap_err();
+    assert_eq!((d.kind, d.step), (DivergenceKind::Crash, 2), "{d}");
+    assert!(d.actual.contains("exit status: 3"), "{d}");
+    // …and a caller's transcript ends at it with the same classification.
+    let (subject, _) = exec("--misbehave garbage --at 2", Duration::from_secs(3));
+    let transcript = observe(&subject, &Plan::of(&sink_config(), &ops)).unwrap();
+    assert_eq!(transcript.seen.len(), 2, "{transcript:?}");
+    let (kind, actual) = transcript.failure.expect("the reset failed");
+    assert_eq!(kind, DivergenceKind::Protocol, "{actual}");
+    assert!(actual.contains("this is not json"), "{actual}");
+}
+
+/// The `NAME INDEX` lines the misbehaving subject logged with `--log-index`
+/// since the last call, one per op request.
+fn take_logged(log: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(log);
+    text.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn every_op_request_carries_the_index_of_the_op_being_checked() {
+    if python_missing() {
+        return;
+    }
+    let log = std::env::temp_dir().join(format!("kvcheck-index-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let (subject, _) = exec(
+        &format!("--log-index {}", log.display()),
+        Duration::from_secs(10),
+    );
+    // A write, a rewind ahead of the global end (refused, then probed on
+    // this dense config by a zero-length write), a write and a reset.
+    let ops = [
+        Op::Write(Write::new(0, 2)),
+        Op::Rewind { to: 5 },
+        Op::Write(Write::new(2, 1)),
+        Op::Reset,
+    ];
+    let mut run = Lockstep::open(&sink_config(), &subject, &candle_core::Device::Cpu).unwrap();
+    run.run(&ops).unwrap();
+    drop(run);
+    // The probe carries the index of the refused op.
+    assert_eq!(
+        take_logged(&log),
+        ["write 0", "rewind 1", "write 1", "write 2", "reset 3"]
+    );
+    // A caller's run has no probe; each op still carries its own index.
+    let transcript = observe(&subject, &Plan::of(&sink_config(), &ops)).unwrap();
+    assert!(transcript.failure.is_none(), "{transcript:?}");
+    assert!(transcript.seen[1].is_refused(), "{transcript:?}");
+    assert_eq!(
+        take_logged(&log),
+        ["write 0", "rewind 1", "write 2", "reset 3"]
+    );
 }
 
 #[test]

@@ -63,7 +63,7 @@ impl KvCache for Misreporting {
     fn pin(&mut self, tokens: i64) -> kvcache::Result<u64> {
         self.0.pin(tokens)
     }
-    fn reset(&mut self) -> u64 {
+    fn reset(&mut self) -> kvcache::Result<u64> {
         self.0.reset()
     }
     fn resident_bytes(&self) -> u64 {

@@ -16,6 +16,9 @@ way that the harness must report as its own divergence kind.
                             adapter importing a framework)
   --caps NAME               declare fewer capabilities: positions-only
                             (no K/V bytes), dense-writes-only
+  --log-index PATH          append a line per op request to PATH: the op's
+                            name and the index it carries (what kvcheck
+                            sends as each op's writer id)
 """
 
 import argparse
@@ -54,6 +57,11 @@ class Misbehaving(reference_subject.Session):
             args.slow_start = 0
         if "op" not in request and "view" not in request:
             return super().handle(request)
+        if args.log_index and "op" in request:
+            op = request["op"]
+            name = op if isinstance(op, str) else next(iter(op))
+            with open(args.log_index, "a") as log:
+                log.write("%s %s\n" % (name, request.get("index")))
         at_turn = args.misbehave and self.requests == args.at
         self.requests += 1
         if at_turn:
@@ -90,6 +98,7 @@ def main():
     parser.add_argument("--at", type=int, default=0)
     parser.add_argument("--slow-start", type=float, default=0)
     parser.add_argument("--caps", default="full", choices=["full"] + sorted(CAPS))
+    parser.add_argument("--log-index")
     session = Misbehaving(parser.parse_args())
 
     class Out:

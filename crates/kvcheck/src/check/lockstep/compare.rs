@@ -126,16 +126,12 @@ impl Lockstep {
     }
 
     /// Global end, capacity and resident bytes after every op (the last two
-    /// only for subjects that report their internals, or, external ones,
-    /// declare them in `reports`).
+    /// only for subjects that report them, [`Capabilities::reported`]).
+    ///
+    /// [`Capabilities::reported`]: crate::subject::Capabilities::reported
     pub(super) fn check_state(&self, index: usize) -> Result<(), Box<Divergence>> {
-        let internals = self.capabilities.internals;
-        let reports = self.link.as_ref().map(|l| l.reports()).unwrap_or_default();
-        let compared = [
-            true,
-            internals || reports.capacity,
-            internals || reports.resident_bytes,
-        ];
+        let reported = self.capabilities.reported();
+        let compared = [true, reported.capacity, reported.resident_bytes];
         let (m, c) = (&self.model, self.cache.as_ref());
         let checks = [
             (

@@ -23,13 +23,12 @@
 
 use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::{describe_outcome, Divergence, DivergenceKind};
-use crate::check::payload::{write_tensor, write_tensors, Kv};
+use crate::check::payload::{payload_rows, write_tensor, write_tensors, Kv};
 use crate::check::trace::Trace;
-use crate::subject::{open_cache, Capabilities, OpLink, SubjectSpec, Unsupported};
+use crate::subject::{open_cache, Capabilities, SubjectSpec, Unsupported};
 use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::{CacheError, Config, Model, Op, Outcome, Variant, Write};
-use std::sync::Arc;
 
 mod compare;
 mod view;
@@ -88,7 +87,6 @@ pub struct Lockstep {
     coverage: Coverage,
     capabilities: Capabilities,
     exact_kinds: bool,
-    link: Option<Arc<OpLink>>,
     value_check: ValueCheck,
 }
 
@@ -134,13 +132,12 @@ impl Lockstep {
             .capabilities()
             .map_err(|f| SetupError::CacheRefused(f.into_cache_error()))?;
         capabilities.supports_config(config)?;
-        let (cache, link) = subject
-            .open_linked(config, device)
+        let cache = subject
+            .open(config, device)
             .map_err(SetupError::CacheRefused)?;
         let mut run = Self::assemble(model, cache, &subject.name(config), device);
         run.capabilities = capabilities;
         run.exact_kinds = subject.exact_kinds();
-        run.link = link;
         Ok(run)
     }
 
@@ -159,7 +156,6 @@ impl Lockstep {
             coverage: Coverage::default(),
             capabilities: Capabilities::full(),
             exact_kinds: true,
-            link: None,
             value_check: ValueCheck::default(),
         }
     }
@@ -228,9 +224,7 @@ impl Lockstep {
                 unsupported.to_string(),
             ));
         }
-        if let Some(link) = &self.link {
-            link.set_index(index as u64);
-        }
+        self.cache.begin_op(index as u64);
         let before = Before::of(&self.model);
         let expected: Outcome = self.model.apply(index as u64, op).into();
         match op {
@@ -240,13 +234,7 @@ impl Lockstep {
                     Op::Rewind { to } => self.cache.rewind(*to),
                     Op::Evict { tokens } => self.cache.evict(*tokens),
                     Op::Pin { tokens } => self.cache.pin(*tokens),
-                    _ => {
-                        let g = self.cache.reset();
-                        match self.link.as_ref().and_then(|l| l.take_reset_failure()) {
-                            Some(failure) => Err(failure.into_cache_error()),
-                            None => Ok(g),
-                        }
-                    }
+                    _ => self.cache.reset(),
                 };
                 // The global end reported here and the cache's own are
                 // both compared: the first below, the second in check_state.
@@ -269,22 +257,13 @@ impl Lockstep {
         expected: &Outcome,
     ) -> Result<(), Box<Divergence>> {
         let config = self.model.config().clone();
-        let heads = payload_heads(w, config.heads);
-        let len = usize::try_from(w.len).unwrap_or(0);
-        let elements = config
-            .batch
-            .saturating_mul(len)
-            .saturating_mul(heads.len())
-            .saturating_mul(config.head_dim);
-        // A negative start only changes which rows the payload's values
-        // name; the payload keeps the request's shape.
-        let feasible = expected.error_kind().is_none()
-            || (elements <= REFUSED_PAYLOAD_LIMIT && heads.len() <= REFUSED_PAYLOAD_LIMIT);
-        let (start, len, heads) = if feasible {
-            (w.start.max(0) as u64, len, heads)
-        } else {
-            (0, 0, 0..config.heads)
+        // An accepted write carries its whole payload; a refused one only
+        // while it is small enough to build.
+        let limit = match expected.error_kind() {
+            None => usize::MAX,
+            Some(_) => REFUSED_PAYLOAD_LIMIT,
         };
+        let (start, len, heads) = payload_rows(&config, w, limit);
         let built = match self.value_check {
             ValueCheck::InPlace => write_tensors(
                 &config,

@@ -7,8 +7,8 @@
 //! M3 and M4 judge nothing, and most of their traces rewrite, pin or use
 //! recent windows early, which ends M7's append-only prefix after an op or
 //! two. [`shape`] therefore widens a drawn configuration to two batch rows
-//! and two heads on half of the cases, and projects the ops of a third of
-//! the cases onto an append-only stream (each write becomes an append of
+//! and two heads on half of the cases, and projects the ops of half of
+//! the cases (independently) onto an append-only stream (each write becomes an append of
 //! its length at the global end; pins, head ranges and recent windows go),
 //! so that the eviction, sink and growth states of the profile are reached
 //! by appends alone. Which cases are shaped comes from the case's own
@@ -46,15 +46,15 @@ pub fn shape(
     ops: Vec<Op>,
     capabilities: &Capabilities,
 ) -> (Config, Vec<Op>) {
-    let choice = runner.rng().next_u32() % 6;
+    let choice = runner.rng().next_u32() % 4;
     let mut shaped = (config, ops);
-    if choice % 2 == 0 {
+    if choice & 1 == 0 {
         let wide = widened(&shaped.0);
         if capabilities.supports_trace(&wide, &shaped.1).is_ok() {
             shaped.0 = wide;
         }
     }
-    if choice % 3 == 0 {
+    if choice & 2 == 0 {
         let appends = append_only(&shaped.0, &shaped.1);
         if capabilities.supports_trace(&shaped.0, &appends).is_ok() {
             shaped.1 = appends;

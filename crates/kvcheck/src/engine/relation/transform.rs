@@ -156,7 +156,18 @@ fn candidates(
         Relation::RewriteIdempotent => indices
             .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 1) && ok(i))
             .collect(),
-        Relation::ProbePure => indices.collect(),
+        // A probe added after each op; and every zero-length write of the
+        // trace removed (candidate `steps.len() + i`): a probe is pure
+        // wherever it starts, past the global end too (refused there).
+        Relation::ProbePure => {
+            let n = steps.len();
+            let probes: Vec<usize> = indices
+                .clone()
+                .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len == 0))
+                .map(|i| n + i)
+                .collect();
+            indices.chain(probes).collect()
+        }
         Relation::ChunkingInvariant => (0..chunking_prefix(original, run))
             .filter(|&i| is_write(&steps[i]).is_some_and(|w| w.len >= 2))
             .collect(),
@@ -272,8 +283,8 @@ fn insert_pairs(mut pairs: Vec<Pair>, pair: Pair) -> Vec<Pair> {
 
 fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Option<Instance> {
     let config = &original.config;
-    // M1's projected candidate is `n`, one past the last step, and M10's
-    // are `n + i`: their arms read the steps they need themselves.
+    // M1's projected candidate is `n`, one past the last step, and those
+    // of M6 and M10 are `n + i`: their arms read the steps they need.
     let step = *original.steps.get(at).or(original.steps.last())?;
     let n = original.steps.len();
     let mut required = Vec::new();
@@ -427,6 +438,11 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
                 },
             );
             (format!("op {at} repeated with the same rows"), plan, pairs)
+        }
+        Relation::ProbePure if at >= n => {
+            let i = at - n;
+            let (plan, pairs) = splice(original, i, Vec::new());
+            (format!("without op {i}, a zero-length write"), plan, pairs)
         }
         Relation::ProbePure => {
             let g = run.global_end_before(at + 1);

@@ -3,7 +3,6 @@
 use crate::subject::capabilities::Capabilities;
 use crate::subject::exec::OkBody;
 use crate::subject::exec::Process;
-use crate::subject::exec::Reports;
 use crate::subject::tensor_bytes;
 use crate::subject::tensor_from_bytes;
 use crate::subject::ExecSubject;
@@ -15,8 +14,7 @@ use kvcache::{KvCache, Layout, View};
 use kvmodel::{Config, Op, Write};
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// One case's cache in a subject process (see the module docs). Dropping it
 /// returns a healthy process to its [`ExecSubject`] for the next case.
@@ -30,46 +28,14 @@ pub struct ExecCache {
     pub(super) capacity: Cell<u64>,
     /// The latest reported resident bytes.
     pub(super) resident_bytes: Cell<u64>,
+    /// The subject's capabilities, its declared `reports` among them.
     pub(super) capabilities: Capabilities,
-    pub(super) link: Arc<OpLink>,
-}
-
-/// What the driver and an [`ExecCache`] share beyond the [`KvCache`] trait:
-/// the index of the op being checked (sent with each request as its writer
-/// id), and the failure of a `reset`, which the trait cannot return.
-#[derive(Debug, Default)]
-pub struct OpLink {
-    pub(super) index: AtomicU64,
-    pub(super) reset_failure: Mutex<Option<SubjectFailure>>,
-    pub(super) reports: Reports,
-}
-
-impl OpLink {
-    /// Sets the index sent with the next requests.
-    pub fn set_index(&self, index: u64) {
-        self.index.store(index, Ordering::Relaxed);
-    }
-
-    /// What the subject reports in its responses, to be compared.
-    pub fn reports(&self) -> Reports {
-        self.reports
-    }
-
-    /// The failure of the latest `reset`, once.
-    pub fn take_reset_failure(&self) -> Option<SubjectFailure> {
-        self.reset_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
+    /// The index of the op being checked ([`KvCache::begin_op`]), sent with
+    /// each op request as its writer id.
+    pub(super) index: u64,
 }
 
 impl ExecCache {
-    /// The link the driver uses (see [`OpLink`]).
-    pub fn link(&self) -> Arc<OpLink> {
-        Arc::clone(&self.link)
-    }
-
     /// The subject's capabilities.
     pub fn capabilities(&self) -> &Capabilities {
         &self.capabilities
@@ -94,7 +60,7 @@ impl ExecCache {
     }
 
     pub(super) fn op_request(&self, op: &Op) -> Value {
-        json!({"op": op, "index": self.link.index.load(Ordering::Relaxed)})
+        json!({"op": op, "index": self.index})
     }
 
     pub(super) fn moved(&mut self, op: Op) -> kvcache::Result<u64> {
@@ -118,7 +84,7 @@ impl ExecCache {
     /// Records the reported state of an `ok` response to `open`, an op or a
     /// view, which a subject that declares it must send in every one.
     pub(super) fn record_reports(&self, body: &OkBody) -> kvcache::Result<()> {
-        let reports = self.link.reports;
+        let reports = self.capabilities.reports;
         for (declared, name, value, cell) in [
             (reports.capacity, "capacity", body.capacity, &self.capacity),
             (
@@ -281,24 +247,10 @@ impl KvCache for ExecCache {
         self.moved(Op::Pin { tokens })
     }
 
-    /// The trait's reset cannot fail: a subject's failure goes to the
-    /// [`OpLink`] and the global end stays as it was.
-    fn reset(&mut self) -> u64 {
-        match self.moved(Op::Reset) {
-            Ok(g) => g,
-            Err(e) => {
-                if let kvcache::Error::External(inner) = e {
-                    if let Ok(failure) = inner.downcast::<SubjectFailure>() {
-                        *self
-                            .link
-                            .reset_failure
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner()) = Some(*failure);
-                    }
-                }
-                self.global_end
-            }
-        }
+    /// The subject's failure (a refusal, an exception, misbehaviour) is the
+    /// error, as for any other op; the global end stays as it was.
+    fn reset(&mut self) -> kvcache::Result<u64> {
+        self.moved(Op::Reset)
     }
 
     /// The latest reported resident bytes; 0 for a subject that does not
@@ -310,5 +262,11 @@ impl KvCache for ExecCache {
     /// Not reported by the protocol: no slots.
     fn layout(&self) -> Layout {
         Layout { slots: Vec::new() }
+    }
+
+    /// Kept and sent as `index` with every op request until the next op
+    /// (the probe after a refused op included).
+    fn begin_op(&mut self, index: u64) {
+        self.index = index;
     }
 }

@@ -4,7 +4,6 @@
 use crate::subject::exec::Process;
 use crate::subject::ExecCache;
 use crate::subject::Hello;
-use crate::subject::OpLink;
 use crate::subject::SubjectFailure;
 use crate::subject::DEFAULT_TIMEOUT;
 use crate::subject::STARTUP_TIMEOUT;
@@ -193,10 +192,7 @@ impl ExecSubject {
                     capacity: Cell::new(config.capacity as u64),
                     resident_bytes: Cell::new(0),
                     capabilities: hello.capabilities,
-                    link: Arc::new(OpLink {
-                        reports: hello.reports,
-                        ..OpLink::default()
-                    }),
+                    index: 0,
                 };
                 // A fresh cache's state is compared too (before any op
                 // succeeds, e.g. after a first refused write).

@@ -223,7 +223,6 @@ impl Process {
         });
         Ok(Hello {
             name: raw.name.unwrap_or_default(),
-            reports: capabilities.reports(),
             capabilities: capabilities.into_capabilities(),
         })
     }

@@ -1,6 +1,6 @@
 //! The wire types of kvcheck-subject/1 and the byte codec of tensors.
 
-use crate::subject::capabilities::{Capabilities, Feature, OpKind};
+use crate::subject::capabilities::{Capabilities, Feature, OpKind, Reports};
 use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 use kvmodel::{Dtype, Variant};
@@ -11,22 +11,9 @@ use serde::Deserialize;
 pub struct Hello {
     /// The name it gives itself.
     pub name: String,
-    /// What it can express (`internals` is always false).
+    /// What it can express (`internals` is always false) and what its `ok`
+    /// responses report for comparison (`reports`, revision 2).
     pub capabilities: Capabilities,
-    /// What its `ok` responses report for comparison (revision 2).
-    pub reports: Reports,
-}
-
-/// The state a subject reports in every `ok` response to an op or a view,
-/// declared in its `hello` capabilities as `reports`. Each is compared with
-/// the model after every op, as for in-process caches: capacity (docs/contract.md §3
-/// step 7 growth) and resident bytes (§6, §7).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reports {
-    /// `capacity` is reported.
-    pub capacity: bool,
-    /// `resident_bytes` is reported.
-    pub resident_bytes: bool,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -77,6 +64,7 @@ impl RawCapabilities {
     }
 
     pub(super) fn into_capabilities(self) -> Capabilities {
+        let reports = self.reports();
         let full = Capabilities::full();
         let mut ops = self.ops.unwrap_or(full.ops);
         if !ops.contains(&OpKind::Write) {
@@ -90,6 +78,7 @@ impl RawCapabilities {
             values: self.values,
             view: self.view,
             internals: false,
+            reports,
         }
     }
 }
