@@ -65,7 +65,7 @@ pub const KNOBS: &[Knob] = &[
         var: "KVCHECK_MAX_OPS",
         kind: Kind::Count,
         default: "40",
-        meaning: "most ops per drawn sequence (suites, run)",
+        meaning: "most ops per drawn sequence of the property suites (`run` takes `--max-ops`, default 64)",
     },
     Knob {
         var: "KVCHECK_SEED",
