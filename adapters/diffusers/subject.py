@@ -211,8 +211,8 @@ class SanaWMRefinerCache(kvcheck.Subject):
 
     def use_rows(self, k, v):
         """The rows the next forward's `attn1.norm_k` / `attn1.to_v` return."""
-        b, n = k.shape[0], k.shape[1]
-        self.rows = (k.reshape(b, n, -1), v.reshape(b, n, -1))
+        b, n, h, w = k.shape
+        self.rows = (k.reshape(b, n, h * w), v.reshape(b, n, h * w))
 
     def latents(self, frames):
         torch = self.rt.torch
