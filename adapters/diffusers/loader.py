@@ -59,9 +59,11 @@ def is_ready(venv=None):
     return os.path.isfile(os.path.join(venv, "KVCHECK_DIFFUSERS_READY"))
 
 
-# Each program: name -> (where it is in __call__, a test on the unparsed
-# statement). `call` holds the body of __call__, `block` the body of its
-# `for block_idx` loop, `step` the body of the denoising loop inside it.
+# Each program: name -> the statements it runs, each as (where it is in
+# __call__, a test on the unparsed statement). `call` is the body of
+# __call__, `block` the body of its `for block_idx` loop, `step` the body of
+# the denoising loop inside that. A statement may sit inside an `if` (a
+# patched release): the whole `if` is then taken, once.
 PROGRAMS = {
     # open: the loop's variables and a fresh cache
     "setup": [
@@ -72,14 +74,14 @@ PROGRAMS = {
     ],
     # the first chunk: capture the sink pre-RoPE and store it in every layer
     "sink": [
-        ("call", lambda s: s.startswith("self._capture_block_kv(") and "capture_pre_rope" in s),
-        ("call", lambda s: s.startswith("for layer_idx in range(num_layers):") and "store_sink" in s),
+        ("call", lambda s: "self._capture_block_kv(" in s and "'capture_pre_rope'" in s),
+        ("call", lambda s: "store_sink(" in s),
     ],
     # the start of a block: its frame positions and the shifted sink RoPE
     "block": [
         ("block", lambda s: s.startswith("frame_positions = list(range(block_start, block_end))")),
         ("block", lambda s: s.startswith("sink_rope_offset = ")),
-        ("block", lambda s: s.startswith("kv_cache.sink_pe = ")),
+        ("block", lambda s: "kv_cache.sink_pe = " in s),
     ],
     # one denoising step of the block: the transformer in `inject` mode
     "denoise": [
@@ -92,8 +94,8 @@ PROGRAMS = {
     ],
     # the end of a block: capture it post-RoPE and append it to the history
     "commit": [
-        ("block", lambda s: s.startswith("self._capture_block_kv(") and "inject_and_capture_post_rope" in s),
-        ("block", lambda s: s.startswith("for layer_idx in range(num_layers):") and "store_history" in s),
+        ("block", lambda s: "self._capture_block_kv(" in s and "'inject_and_capture_post_rope'" in s),
+        ("block", lambda s: s.startswith("for layer_idx in range(num_layers):") and "store_history(" in s),
         ("block", lambda s: s.startswith("history_frames += block_end - block_start")),
     ],
     # the window: kv_max_frames -> max_history_frames, then the trim
@@ -101,8 +103,7 @@ PROGRAMS = {
         ("call", lambda s: s.startswith("max_history_frames = ")),
     ],
     "trim": [
-        ("block", lambda s: s.startswith("if max_history_frames > 0 and history_frames > max_history_frames")
-         or (s.startswith("if ") and "max_history_frames" in s and "store_history" in s)),
+        ("block", lambda s: s.startswith("if ") and "max_history_frames" in s and "store_history(" in s),
     ],
 }
 
@@ -186,7 +187,8 @@ def load():
                 raise RuntimeError(
                     "%s: expected one statement for the %r program in %s, found %d" % (path, name, where, len(found))
                 )
-            nodes.append(found[0])
+            if not any(node is found[0] for node in nodes):
+                nodes.append(found[0])
         module = ast.Module(body=nodes, type_ignores=[])
         programs[name] = compile(module, path, "exec", flags=flags, dont_inherit=True)
         sources[name] = [ast.get_source_segment(text, node) for node in nodes]
