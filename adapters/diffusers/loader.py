@@ -1,6 +1,7 @@
-"""Takes diffusers' SANA-WM stage-2 refiner loop out of the installed package.
+"""Takes the inline KV-cache code of two diffusers pipelines out of the installed package.
 
-The refiner's KV cache is three pieces of diffusers:
+**SANA-WM stage-2 refiner.** The refiner's KV cache is three pieces of
+diffusers:
 
 - `SanaWMRefinerKVCache` / `SanaWMRefinerKVLayerCache`
   (`models/transformers/transformer_sana_wm_refiner.py`): per-layer storage
@@ -15,13 +16,24 @@ The refiner's KV cache is three pieces of diffusers:
   sink, rebuild `sink_pe` per block, capture the refined block, append it to
   the history, trim the history to `kv_max_frames - sink_size` frames.
 
-The first two are imported as they are. `refiner.py` imports transformers'
-Gemma-3 at module level and its `__call__` runs a whole video at once (text
-encoder, every block, every denoising step), so this module does not import
-it: it parses the installed file and compiles, unmodified, the statements of
-`__call__` that touch the cache, each as a small program that runs in a
-namespace holding the loop's variables (`kv_cache`, `history_frames`,
-`block_start`, ...), plus `_pack_latents` and `SanaWMLTX2Refiner._capture_block_kv`.
+**AnyFlow-FAR.** `AnyFlowCausalAttnProcessor`
+(`models/transformers/transformer_anyflow_far.py`) writes a per-layer dict
+of `full_cache` / `compressed_cache` buffers in the cache-prefill forward
+(`_forward_cache`) and reads their first `num_cached_*` rows before the
+current chunk in the autoregressive forward (`_forward_inference`); the
+buffers are allocated, the denoising forward is called and the cache is
+re-encoded after each chunk (`encode_kv_cache`) inline in
+`AnyFlowFARPipeline.__call__` (`pipelines/anyflow/pipeline_anyflow_far.py`).
+
+The model files are imported as they are. The pipeline files import
+transformers (Gemma-3, UMT5) at module level and their `__call__` runs a
+whole video at once (text encoder, every chunk, every denoising step), so
+this module does not import them: it parses the installed file and
+compiles, unmodified, the statements of `__call__` that touch the cache,
+each as a small program that runs in a namespace holding the loop's
+variables (`kv_cache`, `history_frames`, `block_start`, `chunk_idx`, ...),
+plus the helpers they call (`_pack_latents`,
+`SanaWMLTX2Refiner._capture_block_kv`, `AnyFlowFARPipeline.encode_kv_cache`).
 The adapter runs those programs in the order `__call__` runs them. Nothing
 of them is rewritten; a release whose `__call__` lacks one of them is
 refused with the statement it could not find.
@@ -34,6 +46,7 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_VERSION = "0.42.1"
 REFINER = os.path.join("pipelines", "sana_wm", "refiner.py")
+ANYFLOW = os.path.join("pipelines", "anyflow", "pipeline_anyflow_far.py")
 
 
 def package_dir():
@@ -64,7 +77,7 @@ def is_ready(venv=None):
 # __call__, `block` the body of its `for block_idx` loop, `step` the body of
 # the denoising loop inside that. A statement may sit inside an `if` (a
 # patched release): the whole `if` is then taken, once.
-PROGRAMS = {
+REFINER_PROGRAMS = {
     # open: the loop's variables and a fresh cache
     "setup": [
         ("call", lambda s: s.startswith("num_layers = ")),
@@ -108,15 +121,40 @@ PROGRAMS = {
 }
 
 
-class Refiner:
-    """The SANA-WM refiner's cache code of the installed diffusers."""
+# AnyFlow-FAR: `call` is the body of __call__, `chunk` the body of its
+# `for chunk_idx` loop, `denoise` the body of the `if chunk_idx >=
+# num_context_chunks` branch, `step` the body of its denoising loop.
+ANYFLOW_PROGRAMS = {
+    # open and reset (a new video): tokens per frame, the buffers, the flags
+    "setup": [
+        ("call", lambda s: s.startswith("full_token_per_frame = ")),
+        ("call", lambda s: s.startswith("compressed_token_per_frame = ")),
+        ("call", lambda s: s.startswith("if use_kv_cache:") and "kv_cache_flag = " in s),
+    ],
+    # one denoising step of the chunk: the autoregressive forward
+    "denoise": [
+        ("denoise", lambda s: s.startswith("this_chunk_partition = ")),
+        ("step", lambda s: s.startswith("latent_model_input = ")),
+        ("step", lambda s: s.startswith("timestep = t.expand(")),
+        ("step", lambda s: s.startswith("timestep = timestep.repeat(")),
+        ("step", lambda s: s.startswith("if use_mean_velocity:")),
+        ("step", lambda s: "self.transformer(" in s and "kv_cache=kv_cache" in s),
+    ],
+    # the end of a chunk: the cache re-encoded from every finished chunk
+    "commit": [
+        ("chunk", lambda s: "self.encode_kv_cache(" in s),
+    ],
+}
 
-    def __init__(self, version, path, programs, capture_block_kv, pack_latents, sources):
+
+class Programs:
+    """The cache code of one pipeline of the installed diffusers."""
+
+    def __init__(self, version, path, programs, functions, sources):
         self.version = version
         self.path = path
         self.programs = programs  # name -> code object
-        self.capture_block_kv = capture_block_kv
-        self.pack_latents = pack_latents
+        self.functions = functions  # name -> function compiled from the file
         self.sources = sources  # name -> the statements' source, for reports
 
     def run(self, name, namespace):
@@ -147,39 +185,36 @@ def _loop(body, target):
 
 
 def _loop_over_enumerate(body):
+    """The denoising loop `for i, t in enumerate(...timesteps...)` in `body`."""
     for node in body:
-        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and ast.unparse(node.iter).startswith("enumerate(timesteps"):
+        if isinstance(node, ast.For) and ast.unparse(node.iter).startswith("enumerate(") and "timesteps" in ast.unparse(node.iter):
             return node
     return None
 
 
-def load():
-    """`Refiner` for the installed diffusers; RuntimeError naming the
-    statement a release lacks."""
-    import __future__
+def _branch(body, test):
+    """The body of the `if` in `body` whose test unparses to `test`."""
+    for node in body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == test:
+            return node.body
+    return None
 
-    root = package_dir()
-    path = os.path.join(root, REFINER)
+
+def _read(relative):
+    path = os.path.join(package_dir(), relative)
     if not os.path.isfile(path):
-        raise RuntimeError("diffusers %s ships no %s" % (installed_version(), REFINER))
+        raise RuntimeError("diffusers %s ships no %s" % (installed_version(), relative))
     with open(path) as f:
         text = f.read()
-    tree = ast.parse(text, filename=path)
-    call = _function(tree, "SanaWMLTX2Refiner", "__call__")
-    capture = _function(tree, "SanaWMLTX2Refiner", "_capture_block_kv")
-    pack = _function(tree, None, "_pack_latents")
-    if call is None or capture is None or pack is None:
-        raise RuntimeError("%s has no SanaWMLTX2Refiner.__call__ / _capture_block_kv / _pack_latents" % path)
-    block_loop = _loop(call.body, "block_idx")
-    if block_loop is None:
-        raise RuntimeError("%s: SanaWMLTX2Refiner.__call__ has no `for block_idx` loop" % path)
-    step_loop = _loop_over_enumerate(block_loop.body)
-    if step_loop is None:
-        raise RuntimeError("%s: the block loop has no `for i, t in enumerate(timesteps)` loop" % path)
-    bodies = {"call": call.body, "block": block_loop.body, "step": step_loop.body}
+    return path, text, ast.parse(text, filename=path)
+
+
+def _compile(path, text, bodies, spec, functions):
+    import __future__
+
     flags = __future__.annotations.compiler_flag
     programs, sources = {}, {}
-    for name, wanted in PROGRAMS.items():
+    for name, wanted in spec.items():
         nodes = []
         for where, test in wanted:
             found = [node for node in bodies[where] if test(ast.unparse(node))]
@@ -193,11 +228,50 @@ def load():
         programs[name] = compile(module, path, "exec", flags=flags, dont_inherit=True)
         sources[name] = [ast.get_source_segment(text, node) for node in nodes]
 
+    import copy
+
     import torch
 
-    namespace = {"torch": torch}
-    functions = ast.Module(body=[pack, capture], type_ignores=[])
-    exec(compile(functions, path, "exec", flags=flags, dont_inherit=True), namespace)
-    return Refiner(
-        installed_version(), path, programs, namespace["_capture_block_kv"], namespace["_pack_latents"], sources
-    )
+    namespace = {"torch": torch, "copy": copy}
+    module = ast.Module(body=list(functions), type_ignores=[])
+    exec(compile(module, path, "exec", flags=flags, dont_inherit=True), namespace)
+    compiled = {node.name: namespace[node.name] for node in functions}
+    return Programs(installed_version(), path, programs, compiled, sources)
+
+
+def load_refiner():
+    """The SANA-WM refiner's `Programs` (functions `_pack_latents`,
+    `_capture_block_kv`); RuntimeError naming what a release lacks."""
+    path, text, tree = _read(REFINER)
+    call = _function(tree, "SanaWMLTX2Refiner", "__call__")
+    capture = _function(tree, "SanaWMLTX2Refiner", "_capture_block_kv")
+    pack = _function(tree, None, "_pack_latents")
+    if call is None or capture is None or pack is None:
+        raise RuntimeError("%s has no SanaWMLTX2Refiner.__call__ / _capture_block_kv / _pack_latents" % path)
+    block_loop = _loop(call.body, "block_idx")
+    if block_loop is None:
+        raise RuntimeError("%s: SanaWMLTX2Refiner.__call__ has no `for block_idx` loop" % path)
+    step_loop = _loop_over_enumerate(block_loop.body)
+    if step_loop is None:
+        raise RuntimeError("%s: the block loop has no `for i, t in enumerate(timesteps)` loop" % path)
+    bodies = {"call": call.body, "block": block_loop.body, "step": step_loop.body}
+    return _compile(path, text, bodies, REFINER_PROGRAMS, [pack, capture])
+
+
+def load_anyflow():
+    """AnyFlow-FAR's `Programs` (function `encode_kv_cache`); RuntimeError
+    naming what a release lacks."""
+    path, text, tree = _read(ANYFLOW)
+    call = _function(tree, "AnyFlowFARPipeline", "__call__")
+    encode = _function(tree, "AnyFlowFARPipeline", "encode_kv_cache")
+    if call is None or encode is None:
+        raise RuntimeError("%s has no AnyFlowFARPipeline.__call__ / encode_kv_cache" % path)
+    chunk_loop = _loop(call.body, "chunk_idx")
+    if chunk_loop is None:
+        raise RuntimeError("%s: AnyFlowFARPipeline.__call__ has no `for chunk_idx` loop" % path)
+    denoise = _branch(chunk_loop.body, "chunk_idx >= num_context_chunks")
+    step_loop = _loop_over_enumerate(denoise or [])
+    if step_loop is None:
+        raise RuntimeError("%s: the chunk loop has no denoising loop under `if chunk_idx >= num_context_chunks`" % path)
+    bodies = {"call": call.body, "chunk": chunk_loop.body, "denoise": denoise, "step": step_loop.body}
+    return _compile(path, text, bodies, ANYFLOW_PROGRAMS, [encode])
