@@ -47,9 +47,11 @@ forward, and the loop of `AnyFlowFARPipeline.__call__`
 | write `s+0` (the probe) | the last `denoise` step again (the autoregressive forward stores nothing); nothing written yet: an empty view, no forward |
 
 AnyFlow-FAR keeps every frame of the video (old chunks as compressed
-tokens, here one token per frame as for the full ones): an append past `C`
-frames is `Inexpressible`, so within what it accepts the contract never
-evicts either.
+tokens, here one token per frame as for the full ones): a cache that never
+evicts is the contract's `growth` configuration, which it declares (its
+buffers are then allocated for 80 chunks of up to 16 frames); without
+`growth`, an append past `C` frames is `Inexpressible`, so within what it
+accepts the contract never evicts either.
 
 **Visible means what attention reads.** The attention tap
 (`kvcheck.torch`) records the self-attention call (`attn1`) of every block
@@ -70,8 +72,8 @@ read the same keys as the last block's, otherwise the write raises
 `kvcheck.torch.UnknownRows`.
 
 Left out of `hello`: `rewind` and `pin` (no such calls; AnyFlow-FAR also
-`evict`), head ranges, recent windows, windows below the capacity, growth,
-the global sink and the packed variant. Writes the pipeline cannot make are
+`evict`), head ranges, recent windows, windows below the capacity, the
+global sink and the packed variant; SANA-WM also growth. Writes the pipeline cannot make are
 answered with an `Inexpressible` exception: a rewrite of anything but the
 chunk being denoised, a gap, negative numbers; SANA-WM: a first chunk
 shorter than the sink, a chunk that would need `kv_max_frames < sink_size`
@@ -98,6 +100,7 @@ SIGMAS = (0.909375, 0.725, 0.421875, 0.0)
 LATENT_CHANNELS = 2
 CAPTION_CHANNELS = 4
 TEXT_TOKENS = 2
+GROWTH_CHUNKS, GROWTH_FRAMES = 80, 16  # AnyFlow-FAR's buffers for a growth config
 THROWAWAY = -1  # the position the SANA-WM probe's throwaway frame is registered at
 
 
@@ -441,6 +444,7 @@ class AnyFlowFARCache(TappedPipelineCache):
 
     cache = "anyflow-far"
     label = "AnyFlow-FAR kv_cache"
+    features = ("growth",)  # it never evicts: a growing cache is its contract
 
     def __init__(self, layers=2, full_chunk_limit=3):
         self.full_chunk_limit = full_chunk_limit
@@ -483,7 +487,11 @@ class AnyFlowFARCache(TappedPipelineCache):
         generator = torch.Generator().manual_seed(1)
         fake = types.SimpleNamespace(transformer=model, do_classifier_free_guidance=False, attention_kwargs=None)
         fake.encode_kv_cache = types.MethodType(self.rt.programs.functions["encode_kv_cache"], fake)
-        self.plan = [capacity] * max(capacity, self.full_chunk_limit)
+        if config.get("growth"):
+            # Room for any stream kvcheck draws: GROWTH_CHUNKS chunks of up to GROWTH_FRAMES frames.
+            self.plan = [GROWTH_FRAMES] * GROWTH_CHUNKS
+        else:
+            self.plan = [capacity] * max(capacity, self.full_chunk_limit)
         self.ns = {
             "torch": torch,
             "copy": __import__("copy"),
@@ -531,7 +539,13 @@ class AnyFlowFARCache(TappedPipelineCache):
             self.tap.produced(start, kp, vp)
             chunk["k"], chunk["v"] = kp, vp
             return self.observe(self.denoise)
-        if start + length > self.config["capacity"]:
+        if self.config.get("growth"):
+            if length > GROWTH_FRAMES or len(self.chunks) >= GROWTH_CHUNKS:
+                raise Inexpressible(
+                    "the buffers hold %d chunks of up to %d frames (chunk %d of %d frames)"
+                    % (GROWTH_CHUNKS, GROWTH_FRAMES, len(self.chunks), length)
+                )
+        elif start + length > self.config["capacity"]:
             raise Inexpressible(
                 "AnyFlow-FAR keeps every frame: %d frames do not fit the video of C = %d frames"
                 % (start + length, self.config["capacity"])
