@@ -54,7 +54,11 @@ transformer.register_forward_pre_hook(record, with_kwargs=True)
 latent = torch.randn(1, 4, 16, 1, 1)  # (B, C, F, H, W): 16 stage-1 latent frames, 5 blocks of 3
 for kv_max_frames in (3, 2, 1, 0):
     windows.clear()
-    pipe(latent, "a prompt", fps=24.0, sink_size=1, block_size=3, kv_max_frames=kv_max_frames, output_type="latent")
+    try:
+        pipe(latent, "a prompt", fps=24.0, sink_size=1, block_size=3, kv_max_frames=kv_max_frames, output_type="latent")
+    except Exception as error:
+        print("sink_size=1 kv_max_frames=%d: %s: %s" % (kv_max_frames, type(error).__name__, error))
+        continue
     print(
         "sink_size=1 kv_max_frames=%d: attended (sink, history, active) frames per block: %s"
         % (kv_max_frames, " ".join("%d+%d+%d" % w for w in windows[::STEPS]))
