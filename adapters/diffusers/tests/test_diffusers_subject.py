@@ -11,7 +11,6 @@ finding on the release it names and skip, naming the finding, when the
 installed library behaves otherwise (a patched or newer one).
 """
 
-import json
 import os
 import random
 import sys
