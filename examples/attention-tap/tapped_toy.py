@@ -9,6 +9,14 @@ read, identified by bytes.
 
 `--bug NAME` plants one of toy_pipeline.BUGS; `--masked` makes attention
 read the whole buffer under a mask.
+
+`RecomputedToy` is the toy's cache-free path (`ToyPipeline.full_forward`)
+as a subject, the differential oracle of the cached one; `RecomparedToy`
+runs both in one process and compares their outputs too:
+
+    kvcheck run --subject "exec:python -m kvcheck.serve tapped_toy:TappedToy" \
+                --oracle "exec:python -m kvcheck.serve tapped_toy:RecomputedToy"
+    python -m kvcheck.serve tapped_toy:RecomparedToy [--masked] [--bug NAME]
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import argparse
 import torch
 
 import kvcheck
-from kvcheck.torch import TappedSubject
+from kvcheck.torch import Recompared, RecomputeSubject, TappedSubject
 
 from toy_pipeline import BUGS, ToyPipeline
 
@@ -46,13 +54,7 @@ class TappedToy(TappedSubject):
         return cls(args.bug, args.masked, args.blocks)
 
     def open(self, config: dict) -> None:
-        torch.set_num_threads(1)  # tiny tensors: threads only cost time
-        if config["window"] not in (None, config["capacity"]) or config["growth"] or config["global_sink"]:
-            raise kvcheck.Refused("invalid_config", "the toy has no window, growth or global sink")
-        self.pipeline = ToyPipeline(
-            config["batch"], config["heads"], config["head_dim"], config["capacity"], config["sink"],
-            config["dtype"], blocks=self.blocks, masked=self.masked, bug=self.bug, seed=config["seed"],
-        )
+        self.pipeline = toy(config, self.blocks, self.masked, self.bug)
         self.tap.forget()
         # The rows each block's K/V projection produces, registered at the chunk's start.
         for block in self.pipeline.model.blocks:
@@ -62,7 +64,7 @@ class TappedToy(TappedSubject):
         if k is None or v is None:
             raise ValueError("write %d+%d came without a payload" % (start, length))
         self.chunk_start = start
-        self.pipeline.generate_chunk(start, k, v)
+        return self.pipeline.generate_chunk(start, k, v)
 
     def rewind(self, to: int) -> None:
         self.pipeline.regenerate_from(to)
@@ -86,3 +88,61 @@ class TappedToy(TappedSubject):
     def resident_bytes(self) -> int:
         cache = self.pipeline.kv_cache[0]  # one block's cache, the contract's unit
         return sum(cache[name].numel() * cache[name].element_size() for name in ("k", "v"))
+
+
+def toy(config: dict, blocks: int = 2, masked: bool = False, bug: str | None = None) -> ToyPipeline:
+    """The toy pipeline for a kvtrace config; refuses what it cannot express."""
+    torch.set_num_threads(1)  # tiny tensors: threads only cost time
+    if config["window"] not in (None, config["capacity"]) or config["growth"] or config["global_sink"]:
+        raise kvcheck.Refused("invalid_config", "the toy has no window, growth or global sink")
+    return ToyPipeline(
+        config["batch"], config["heads"], config["head_dim"], config["capacity"], config["sink"],
+        config["dtype"], blocks=blocks, masked=masked, bug=bug, seed=config["seed"],
+    )
+
+
+class RecomputedToy(RecomputeSubject):
+    """The toy's cache-free path: each chunk recomputed over the kept
+    positions under the toy's mask (`ToyPipeline.reads`), no cache."""
+
+    variants = ("dense",)
+    dtypes = ("f32", "f16", "bf16")
+    features = ()
+
+    def __init__(self, blocks: int = 2) -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.name = "toy pipeline recomputed"
+        self.pipeline: ToyPipeline | None = None
+        self.keys: list = []
+
+    @classmethod
+    def from_args(cls, argv: list) -> "RecomputedToy":
+        parser = argparse.ArgumentParser(prog="tapped_toy:RecomputedToy")
+        parser.add_argument("--blocks", type=int, default=2)
+        return cls(parser.parse_args(argv).blocks)
+
+    def build(self, config: dict) -> None:
+        self.pipeline = toy(config, self.blocks)
+        for block in self.pipeline.model.blocks:
+            self.tap.watch(block.kv, lambda: self.keys)
+
+    def reads(self, position: int, end: int) -> bool:
+        return self.pipeline.reads(position, end)
+
+    def recompute(self, start, k, v, keys, k_rows, v_rows, end):
+        self.keys = keys
+        return self.pipeline.full_forward(start, k, keys, k_rows, v_rows, end)
+
+
+class RecomparedToy(Recompared):
+    """The cached toy (`TappedToy`) checked against `RecomputedToy` in one
+    process: rows and outputs (see kvcheck.torch.Recompared)."""
+
+    def __init__(self, bug: str | None = None, masked: bool = False, blocks: int = 2) -> None:
+        super().__init__(TappedToy(bug, masked, blocks), RecomputedToy(blocks))
+
+    @classmethod
+    def from_args(cls, argv: list) -> "RecomparedToy":
+        cached = TappedToy.from_args(argv)
+        return cls(cached.bug, cached.masked, cached.blocks)

@@ -23,7 +23,17 @@ identity on them, so what lands in the cache is known exactly.
 
 - `sink-rolled-out`: the roll starts at slot 0, so the sink rolls out;
 - `evict-one-more`: the roll evicts one position more than the chunk needs;
-- `reads-one-past-end`: attention reads one slot past `local_end_index`.
+- `reads-one-past-end`: attention reads one slot past `local_end_index`;
+- `query-position-local`: the queries are rotated by their slot in the
+  cache instead of their position (the rows read stay right; only the
+  outputs show it, once the cache has rolled).
+
+The queries carry their position as a rotation (a RoPE on the query side
+only, so the cached K/V stay the given rows). `full_forward` is the
+pipeline's cache-free path: the chunk's queries over the kept positions'
+K/V at once, under the mask `reads(position, end)` (the sink, and the
+latest `capacity - sink` positions before the end), with no cache and no
+slots: the recompute that the cached path must agree with.
 
 `masked=True` makes attention read the whole buffer and hide the unused
 slots with a boolean mask, as padded-cache implementations do.
@@ -35,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BUGS = ("sink-rolled-out", "evict-one-more", "reads-one-past-end")
+BUGS = ("sink-rolled-out", "evict-one-more", "reads-one-past-end", "query-position-local")
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -60,7 +70,6 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, kv_cache: dict,
                 current_start: int) -> torch.Tensor:
         b, n, _ = x.shape
-        q = self.q(x).view(b, n, self.heads, self.head_dim)
         k, v = self.kv(k_in, v_in)
 
         current_end = current_start + n
@@ -97,6 +106,8 @@ class CausalSelfAttention(nn.Module):
         else:
             local_end_index = local_end + current_end - global_end - num_evicted_tokens
             local_start_index = local_end_index - n
+        first_query = local_start_index if self.bug == "query-position-local" else current_start
+        q = rotate(self.q(x).view(b, n, self.heads, self.head_dim), torch.arange(first_query, first_query + n))
         kv_cache["k"][:, local_start_index:local_end_index] = k
         kv_cache["v"][:, local_start_index:local_end_index] = v
         kv_cache["global_end_index"] = max(global_end, current_end)
@@ -115,6 +126,35 @@ class CausalSelfAttention(nn.Module):
         )
         return x + self.o(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
+    def full_forward(self, x: torch.Tensor, positions: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor,
+                     keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The cache-free path: the queries of `x` at `positions` over every
+        key of `keys` (positions) with rows `k_in`, `v_in`, where `mask`
+        (`[keys]`, True reads; the same for every query of the chunk)
+        allows."""
+        b, n, _ = x.shape
+        q = rotate(self.q(x).view(b, n, self.heads, self.head_dim), positions)
+        k, v = self.kv(k_in, v_in)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask.view(1, 1, 1, keys.numel())
+        )
+        return x + self.o(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
+
+
+def rotate(q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """`q` (`[B, n, H, D]`) with each pair of channels rotated by its
+    position's angle: a rotary position embedding of the queries."""
+    half = q.shape[-1] // 2
+    if half == 0:
+        return q
+    frequencies = 1.0 / (100.0 ** (torch.arange(half, dtype=torch.float32) / half))
+    angles = positions.to(torch.float32).view(-1, 1) * frequencies.view(1, -1)  # [n, half]
+    cos = angles.cos().view(1, -1, 1, half).to(q.dtype)
+    sin = angles.sin().view(1, -1, 1, half).to(q.dtype)
+    first, second = q[..., :half], q[..., half : 2 * half]
+    turned = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+    return torch.cat((turned, q[..., 2 * half :]), dim=-1)
+
 
 class ToyTransformer(nn.Module):
     def __init__(self, blocks: int, heads: int, head_dim: int, sink: int, dtype: torch.dtype,
@@ -128,6 +168,12 @@ class ToyTransformer(nn.Module):
                 current_start: int) -> torch.Tensor:
         for block, cache in zip(self.blocks, kv_cache):
             x = block(x, k, v, cache, current_start)
+        return x
+
+    def full_forward(self, x: torch.Tensor, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block.full_forward(x, positions, k, v, keys, mask)
         return x
 
 
@@ -156,9 +202,36 @@ class ToyPipeline:
         """One forward over the chunk of positions `start, ...` whose K/V
         rows are `k`, `v` (`[B, n, H, D]`): an AR step at the end, or a
         denoising step (rewrite) of a chunk in the cache."""
-        noise = torch.randn(self.batch, k.shape[1], self.heads * self.head_dim, generator=self.generator)
         with torch.no_grad():
-            return self.model(noise.to(self.dtype), k, v, self.kv_cache, start)
+            return self.model(self.hidden(k), k, v, self.kv_cache, start)
+
+    def hidden(self, k: torch.Tensor) -> torch.Tensor:
+        """The chunk's hidden state entering the first block: its K rows,
+        flattened (the same in the cached and the cache-free path)."""
+        return k.reshape(k.shape[0], k.shape[1], self.heads * self.head_dim).to(self.dtype)
+
+    def reads(self, position: int, end: int) -> bool:
+        """Whether a chunk whose writes bring the global end to `end` reads
+        `position`: the sink, and the latest `capacity - sink` positions."""
+        sink = self.model.blocks[0].sink_size
+        return position < sink or position >= end - (self.capacity - sink)
+
+    @property
+    def capacity(self) -> int:
+        return self.kv_cache[0]["k"].shape[1]
+
+    def full_forward(self, start: int, k: torch.Tensor, keys: list, k_rows: torch.Tensor,
+                     v_rows: torch.Tensor, end: int) -> torch.Tensor:
+        """The cache-free path: the chunk of positions `start, ...` (K rows
+        `k`, which are its hidden state too) attends the kept positions
+        `keys` (ascending; rows `k_rows`, `v_rows`, `[B, len(keys), H, D]`)
+        under `reads(key, end)`, with no cache involved."""
+        n = k.shape[1]
+        positions = torch.arange(start, start + n)
+        # One mask row for every query: it exists for a chunk of no rows too.
+        mask = torch.tensor([self.reads(key, end) for key in keys], dtype=torch.bool)
+        with torch.no_grad():
+            return self.model.full_forward(self.hidden(k), positions, k_rows, v_rows, torch.tensor(keys), mask)
 
     def regenerate_from(self, position: int) -> None:
         """Drops every position from `position` on (the chunks after it will

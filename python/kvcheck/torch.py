@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
-from .subject import AdapterError, Refused, Subject
+from .subject import AdapterError, Refused, Subject, defines
 
 TORCH_MISSING = (
     "kvcheck.torch needs PyTorch: pip install torch "
@@ -277,10 +277,11 @@ class AttentionTap:
         self.step += 1
         return self.step
 
-    def produced(self, start: int, k: Any, v: Any, step: int | None = None, layout: str = "bnhd") -> None:
-        """Registers the K and V rows produced for positions `start, ...`:
-        `[B, n, H, D]` (or `[B, H, n, D]` with `layout="bhnd"`), as attention
-        will read them."""
+    def produced(self, start: Any, k: Any, v: Any, step: int | None = None, layout: str = "bnhd") -> None:
+        """Registers the K and V rows produced for positions `start, ...`
+        (or, when `start` is a sequence, for the positions it lists, one per
+        row): `[B, n, H, D]` (or `[B, H, n, D]` with `layout="bhnd"`), as
+        attention will read them."""
         torch = import_torch()
         if layout not in ("bnhd", "bhnd"):
             raise ValueError("layout %r: expected bnhd or bhnd" % layout)
@@ -288,19 +289,23 @@ class AttentionTap:
         if k.shape != v.shape:
             raise ValueError("K %s and V %s differ in shape" % (list(k.shape), list(v.shape)))
         step = self.step if step is None else step
+        count = k.shape[axis]
+        positions = range(start, start + count) if isinstance(start, int) else [int(p) for p in start]
+        if len(positions) != count:
+            raise ValueError("%d positions for %d rows" % (len(positions), count))
         with torch.no_grad():
             rows = zip(row_bytes(torch, k, axis), row_bytes(torch, v, axis))
-        for offset, (k_row, v_row) in enumerate(rows):
-            position = start + offset
+        for position, (k_row, v_row) in zip(positions, rows):
             entries = self.rows.setdefault(k_row + v_row, [])
             if (position, step) not in entries:
                 entries.append((position, step))
             if step >= self.latest.get(position, step):
                 self.latest[position] = step
 
-    def watch(self, module: Any, start: Callable[[], int], layout: str = "bnhd") -> Any:
+    def watch(self, module: Any, start: Callable[[], Any], layout: str = "bnhd") -> Any:
         """Registers the `(k, v)` that `module` returns on every forward as
-        produced at `start()` (a forward hook; returns its handle)."""
+        produced at `start()` (a first position, or the positions of the
+        rows; a forward hook; returns its handle)."""
 
         def hook(_module: Any, _inputs: Any, output: Any) -> None:
             k, v = output
@@ -363,6 +368,8 @@ def last_query_reads(torch: Any, call: Call) -> list:
     """For every key of `call`: whether its mask lets the last query read it
     in every batch row and head."""
     keys, queries = call.key_len, call.query_len
+    if keys == 0:
+        return []
     reads = torch.ones(keys, dtype=torch.bool)
     key_index = torch.arange(keys)
     if call.is_causal:
@@ -496,8 +503,9 @@ class TappedSubject(Subject):
             raise Refused("invalid_argument", "write %d+%d" % (start, length))
         self.tap.begin_step()
         self.tap.clear_calls()
+        self.outputs = None
         with self.tap:
-            self.forward(start, length, k, v)
+            self.outputs = self.forward(start, length, k, v)
         if not self.tap.calls:
             raise AdapterError("write %d+%d ran no attention call the tap could see" % (start, length))
         seen = self.tap.observe()
@@ -510,11 +518,269 @@ class TappedSubject(Subject):
         return seen.view()
 
 
+class RecomputeSubject(TappedSubject):
+    """A pipeline's cache-free path as a subject: the judge of its cached
+    path when the cache's contract is not kvcheck's.
+
+    Many pipelines can compute a chunk without their cache: a block-causal
+    mask over the whole sequence (the Self-Forcing family's training
+    forward), or a full forward. A `RecomputeSubject` keeps no cache, only
+    each position's latest inputs (`history`: position -> the write's K and
+    V rows, `[B, 1, H, D]`), and answers a write by recomputing the chunk
+    over every kept position at once: `recompute(start, k, v, keys, k_rows,
+    v_rows, end)` runs that path (the chunk's rows `k`, `v`; the kept
+    positions `keys`, ascending, their rows stacked; `end` the global end
+    after the write) and returns the chunk's output. The visible positions
+    and K/V are what its last attention call read, as for any
+    `TappedSubject`, so the subclass registers the rows it produces (the
+    positions may be any list: `tap.produced(keys, k, v)`).
+
+    `reads(position, end)` is the pipeline's mask as a rule: whether a
+    chunk that brings the global end to `end` reads `position` (default:
+    every position, full attention). After each write the positions no
+    later chunk can read (`reads(position, end)` false, the end only
+    growing) are forgotten, as a cache forgets an evicted row: a rewind
+    does not bring them back.
+
+    Writes must start at or before the global end (else `non_sequential`),
+    may not rewrite a forgotten position (`evicted`) and must keep every
+    row they write (else `chunk_too_large`: a chunk wider than the mask's
+    window); `rewind(to)`
+    forgets the positions from `to` on, `reset()` all of them. Served on
+    its own it is the differential oracle of the cached subject
+    (`kvcheck run --subject exec:CACHED --oracle exec:RECOMPUTE`: same
+    positions, same K/V bytes, same refusals); `Recompared` also compares
+    the outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict = {}
+        self.end = 0
+
+    def open(self, config: dict) -> None:
+        self.history = {}
+        self.end = 0
+        self.tap.forget()
+        self.build(config)
+
+    def build(self, config: dict) -> None:
+        """Builds the pipeline for `config` (required)."""
+        raise NotImplementedError("%s must define build(config)" % type(self).__name__)
+
+    def reads(self, position: int, end: int) -> bool:
+        return True
+
+    def recompute(self, start: int, k: Any, v: Any, keys: list, k_rows: Any, v_rows: Any, end: int) -> Any:
+        raise NotImplementedError("%s must define recompute(...)" % type(self).__name__)
+
+    def forward(self, start: int, length: int, k: Any, v: Any) -> Any:
+        torch = import_torch()
+        if start > self.end:
+            raise Refused("non_sequential", "write starts at %d but the global end is %d" % (start, self.end))
+        if k is None or v is None:
+            raise AdapterError("write %d+%d came without a payload" % (start, length))
+        gone = [p for p in range(start, min(start + length, self.end)) if p not in self.history]
+        if gone:
+            raise Refused("evicted", "positions %s are no longer kept" % kvranges(gone))
+        end = max(self.end, start + length)
+        dropped = [p for p in range(start, start + length) if not self.reads(p, end)]
+        if dropped:
+            # A cache cannot forget rows of the chunk it is writing.
+            raise Refused("chunk_too_large", "positions %s of the chunk would not be kept" % kvranges(dropped))
+        for offset in range(length):
+            self.history[start + offset] = (k[:, offset : offset + 1], v[:, offset : offset + 1])
+        self.end = max(self.end, start + length)
+        for position in [p for p in self.history if not self.reads(p, self.end)]:
+            del self.history[position]
+        keys = sorted(self.history)
+        if keys:
+            k_rows = torch.cat([self.history[p][0] for p in keys], dim=1)
+            v_rows = torch.cat([self.history[p][1] for p in keys], dim=1)
+        else:
+            k_rows, v_rows = k[:, :0], v[:, :0]
+        return self.recompute(start, k, v, keys, k_rows, v_rows, self.end)
+
+    def rewind(self, to: int) -> None:
+        if to < 0:
+            raise Refused("invalid_argument", "rewind to %d" % to)
+        if to > self.end:
+            raise Refused("rewind_ahead", "rewind to %d is past the global end %d" % (to, self.end))
+        for position in [p for p in self.history if p >= to]:
+            del self.history[position]
+        self.end = to
+
+    def reset(self) -> None:
+        self.history = {}
+        self.end = 0
+        self.tap.forget()
+
+    @property
+    def global_end(self) -> int:
+        return self.end
+
+
+class RecomputeMismatch(RuntimeError):
+    """The cached path read other rows, or gave other outputs, than its
+    cache-free recompute: the cache's failure (`Recompared`)."""
+
+
+# (rtol, atol) for outputs: the cached path and the recompute attend the same
+# rows in another order and shape, so their sums round differently.
+OUTPUT_TOLERANCE = {"f32": (1e-4, 1e-5), "f16": (1e-2, 1e-3), "bf16": (5e-2, 1e-2)}
+
+
+class Recompared(Subject):
+    """A cached `TappedSubject` checked against its `RecomputeSubject`, op by
+    op, in one process: every op goes to both, and the cached path's answer
+    is returned when both agree on it. They must accept the same ops, end
+    at the same global end, read the same positions (as multisets: the key
+    order of attention does not matter) with the same K/V rows, and give
+    the same chunk outputs within the dtype's tolerance
+    (`OUTPUT_TOLERANCE`, or `rtol`/`atol`). A difference raises
+    `RecomputeMismatch`, which kvcheck reports as the cache's exception
+    under any oracle, so every engine (run, explore, minimize, the
+    relations) judges the cache by its recompute. An op the cached path
+    refuses or raises on is passed on without running the recompute, which
+    then still holds the state before it; the ops offered are those both
+    define."""
+
+    arrays = "torch"
+
+    def __init__(self, cached: TappedSubject, recompute: RecomputeSubject,
+                 rtol: float | None = None, atol: float | None = None) -> None:
+        self.cached, self.recompute = cached, recompute
+        self.rtol, self.atol = rtol, atol
+        self.name = "%s against its recompute" % (cached.name or type(cached).__name__)
+        self.variants = tuple(x for x in cached.variants if x in recompute.variants)
+        self.dtypes = tuple(x for x in cached.dtypes if x in recompute.dtypes)
+        self.features = tuple(x for x in cached.features if x in recompute.features)
+        self.reports = cached.reports
+        self.ops = tuple(op for op in ("rewind", "evict", "pin", "reset") if defines(cached, op) and defines(recompute, op))
+        self.dtype = "f32"
+
+    def open(self, config: dict) -> None:
+        self.dtype = config["dtype"]
+        self.cached.open(config)
+        self.recompute.open(config)
+
+    def write(self, start: int, length: int, heads: Any, recent_window: Any, k: Any, v: Any) -> tuple:
+        answer = self.cached.write(start, length, heads, recent_window, k, v)
+        op = "write %d+%d" % (start, length)
+        try:
+            expected = self.recompute.write(start, length, heads, recent_window, k, v)
+        except Refused as refusal:
+            raise RecomputeMismatch("%s: the cached path accepts it, the recompute refuses it (%s)" % (op, refusal))
+        self.compare_ends(op)
+        self.compare_views(op, answer, expected)
+        self.compare_outputs(op, self.cached.outputs, self.recompute.outputs)
+        return answer
+
+    def rewind(self, to: int) -> None:
+        self.both("rewind to %d" % to, lambda side: side.rewind(to))
+
+    def evict(self, tokens: int) -> None:
+        self.both("evict %d" % tokens, lambda side: side.evict(tokens))
+
+    def pin(self, tokens: int) -> None:
+        self.both("pin %d" % tokens, lambda side: side.pin(tokens))
+
+    def reset(self) -> None:
+        self.both("reset", lambda side: side.reset())
+
+    def both(self, op: str, apply: Callable[[Subject], None]) -> None:
+        apply(self.cached)
+        try:
+            apply(self.recompute)
+        except Refused as refusal:
+            raise RecomputeMismatch("%s: the cached path accepts it, the recompute refuses it (%s)" % (op, refusal))
+        self.compare_ends(op)
+
+    def compare_ends(self, op: str) -> None:
+        if self.cached.global_end != self.recompute.global_end:
+            raise RecomputeMismatch(
+                "%s: the cached path's global end is %d, the recompute's %d"
+                % (op, self.cached.global_end, self.recompute.global_end)
+            )
+
+    def compare_views(self, op: str, answer: tuple, expected: tuple) -> None:
+        torch = import_torch()
+        positions, k, v = answer
+        want, k_want, v_want = expected
+        if sorted(positions) != sorted(want):
+            raise RecomputeMismatch(
+                "%s: the cached path reads positions %s, the recompute %s"
+                % (op, kvranges(positions, sort=False), kvranges(want, sort=False))
+            )
+        rows = {p: i for i, p in enumerate(want)}
+        order = torch.tensor([rows[p] for p in positions], dtype=torch.long)
+        for name, got, wanted in (("K", k, k_want), ("V", v, v_want)):
+            wanted = wanted.index_select(1, order)
+            if not self.close(got, wanted):
+                raise RecomputeMismatch(
+                    "%s: the cached path reads other %s rows than the recompute (max |difference| %g)"
+                    % (op, name, float((got.float() - wanted.float()).abs().max()))
+                )
+
+    def compare_outputs(self, op: str, got: Any, wanted: Any) -> None:
+        if got is None or wanted is None:
+            if got is not wanted:
+                raise AdapterError("%s: only one path returned outputs" % op)
+            return
+        if tuple(got.shape) != tuple(wanted.shape):
+            raise RecomputeMismatch(
+                "%s: outputs of shape %s, the recompute's %s" % (op, list(got.shape), list(wanted.shape))
+            )
+        if not self.close(got, wanted):
+            rtol, atol = self.tolerance()
+            raise RecomputeMismatch(
+                "%s: the outputs differ from the recompute's by up to %g (tolerance %g + %g * |recompute|)"
+                % (op, float((got.float() - wanted.float()).abs().max()), atol, rtol)
+            )
+
+    def tolerance(self) -> tuple:
+        rtol, atol = OUTPUT_TOLERANCE[self.dtype]
+        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
+
+    def close(self, got: Any, wanted: Any) -> bool:
+        torch = import_torch()
+        rtol, atol = self.tolerance()
+        if tuple(got.shape) != tuple(wanted.shape):
+            return False
+        return bool(torch.allclose(got.float(), wanted.float(), rtol=rtol, atol=atol))
+
+    @property
+    def global_end(self) -> int:
+        return self.cached.global_end
+
+    @property
+    def capacity(self) -> int:
+        return self.cached.capacity
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.cached.resident_bytes
+
+
+def kvranges(positions: Sequence[int], sort: bool = True) -> str:
+    """Positions as runs, `0..2 5..6` (kvcheck's notation: `a..b` holds a to b-1)."""
+    items = sorted(positions) if sort else list(positions)
+    runs: list = []
+    for p in items:
+        if runs and p == runs[-1][1]:
+            runs[-1][1] = p + 1
+        else:
+            runs.append([p, p + 1])
+    return " ".join("%d..%d" % (a, b) for a, b in runs) or "-"
+
+
 __all__ = [
     "AttentionTap",
     "Call",
     "Key",
     "Observation",
+    "Recompared",
+    "RecomputeMismatch",
+    "RecomputeSubject",
     "TappedSubject",
     "UnknownRows",
     "import_torch",

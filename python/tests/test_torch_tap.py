@@ -287,6 +287,99 @@ class ToyPipeline(unittest.TestCase):
         self.assertEqual([key.index for key in first.unknown], [2])  # the zero slot past the end
 
 
+def toy_config(capacity, sink, dtype="f32"):
+    return dict(batch=1, heads=2, head_dim=4, capacity=capacity, sink=sink, window=None, growth=False,
+                global_sink=False, dtype=dtype, seed=1)
+
+
+def random_stream(subject, seed, ops=40, dtype="f32"):
+    """Random writes (AR chunks and rewrites), rewinds and resets on
+    `subject` (opened on a random toy config); the exceptions the toy
+    raises to refuse are passed over."""
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    capacity = rng.randint(2, 8)
+    subject.open(toy_config(capacity, rng.randint(0, capacity - 1), dtype))
+    torch_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    for _ in range(ops):
+        roll, end = rng.random(), subject.global_end
+        try:
+            if roll < 0.6:
+                n = rng.randint(1, 3)
+                start = end if rng.random() < 0.6 else max(0, end - n)
+                k, v = rows(g, n, dtype=torch.float32)
+                subject.write(start, n, None, None, k.to(torch_dtype), v.to(torch_dtype))
+            elif roll < 0.8:
+                subject.rewind(rng.randint(0, end))
+            else:
+                subject.reset()
+        except (kvcheck.Refused, ValueError):
+            pass
+
+
+class Recompute(unittest.TestCase):
+    """The toy's cache-free path (tapped_toy.RecomputedToy) against its
+    cached path, in one process (tapped_toy.RecomparedToy)."""
+
+    def test_the_cached_toy_agrees_with_its_recompute_on_random_streams(self):
+        import tapped_toy
+
+        for seed in range(12):
+            for masked, dtype in ((False, "f32"), (True, "f32"), (False, "f16"), (True, "bf16")):
+                random_stream(tapped_toy.RecomparedToy(masked=masked), seed, dtype=dtype)
+
+    def test_each_planted_bug_disagrees_with_the_recompute(self):
+        import tapped_toy
+
+        expected = {
+            "sink-rolled-out": (kvtorch.RecomputeMismatch, "the cached path reads positions"),
+            "evict-one-more": (kvtorch.RecomputeMismatch, "the cached path reads positions"),
+            "query-position-local": (kvtorch.RecomputeMismatch, "the outputs differ from the recompute's"),
+            "reads-one-past-end": (kvtorch.UnknownRows, "matching no produced row"),
+        }
+        self.assertEqual(sorted(expected), sorted(tapped_toy.BUGS))
+        for bug, (error, text) in expected.items():
+            with self.assertRaisesRegex(error, text, msg=bug):
+                for seed in range(12):
+                    random_stream(tapped_toy.RecomparedToy(bug), seed)
+
+    def test_the_recompute_forgets_what_the_window_dropped(self):
+        import tapped_toy
+
+        recompute = tapped_toy.RecomputedToy()
+        recompute.open(toy_config(capacity=3, sink=1))
+        g = torch.Generator().manual_seed(3)
+        for start in range(4):
+            positions, _, _ = recompute.write(start, 1, None, None, *rows(g, 1))
+        self.assertEqual(positions, [0, 2, 3])  # position 1 left the two-slot window
+        self.assertEqual(sorted(recompute.history), [0, 2, 3])
+        recompute.rewind(2)
+        self.assertEqual((recompute.global_end, sorted(recompute.history)), (2, [0]))
+        with self.assertRaises(kvcheck.Refused) as refused:
+            recompute.write(1, 1, None, None, *rows(g, 1))  # a rewind does not bring it back
+        self.assertEqual(refused.exception.kind, "evicted")
+        with self.assertRaises(kvcheck.Refused) as refused:
+            recompute.write(3, 1, None, None, *rows(g, 1))
+        self.assertEqual(refused.exception.kind, "non_sequential")
+        self.assertEqual((recompute.global_end, sorted(recompute.history)), (2, [0]))
+
+    def test_positions_and_rows_are_compared_as_multisets_and_within_tolerance(self):
+        import tapped_toy
+
+        pair = tapped_toy.RecomparedToy()
+        pair.open(toy_config(capacity=4, sink=1))
+        k = torch.arange(8, dtype=torch.float32).view(1, 2, 1, 4)
+        v = k + 100
+        pair.compare_views("op", ([1, 0], k.flip(1), v.flip(1)), ([0, 1], k, v))  # another order: agrees
+        with self.assertRaisesRegex(kvtorch.RecomputeMismatch, "reads positions 0..1 0..1, the recompute 0..2"):
+            pair.compare_views("op", ([0, 0], k, v), ([0, 1], k, v))
+        with self.assertRaisesRegex(kvtorch.RecomputeMismatch, "other V rows"):
+            pair.compare_views("op", ([0, 1], k, v + 1.0), ([0, 1], k, v))
+        pair.compare_outputs("op", k + 1e-6, k)
+        with self.assertRaisesRegex(kvtorch.RecomputeMismatch, "differ from the recompute's by up to 0.01"):
+            pair.compare_outputs("op", k + 1e-2, k)
+
+
 def payload(rng, dtype, count):
     """`count` random finite values in `dtype`, as protocol bytes."""
     values = [rng.uniform(-4, 4) for _ in range(count)]
@@ -368,6 +461,17 @@ def TappedToyClass():
     return tapped_toy.TappedToy
 
 
+# Two torch processes start per case; on a loaded machine the first answer
+# of each can take longer than kvcheck's default 10 s.
+SLOW_START = ["--subject-timeout", "60"]
+
+
+def toy_class(name):
+    import tapped_toy
+
+    return getattr(tapped_toy, name)
+
+
 @needs_torch
 @needs_binary
 class Checked(unittest.TestCase):
@@ -431,6 +535,35 @@ class Checked(unittest.TestCase):
 
     def test_reading_past_the_end_is_an_unknown_row(self):
         self.assert_found_and_minimized("reads-one-past-end", 2, "UnknownRows")
+
+    def recompute_oracle(self):
+        served = runner.serve_command(toy_class("RecomputedToy"))
+        return "exec:" + " ".join(shlex.quote(part) for part in served)
+
+    def test_the_recompute_alone_judges_the_cached_toy(self):
+        # No model: the cache-free path is the differential oracle.
+        oracle = self.recompute_oracle()
+        result = kvcheck.check(TappedToyClass(), time=5, seed=11, oracle=oracle, out=self.out, extra=SLOW_START)
+        self.assertGreater(result.ops, 0)
+        with self.assertRaises(kvcheck.Divergence) as caught:
+            kvcheck.check(TappedToyClass(), time=20, seed=7, oracle=oracle, args=["--bug", "sink-rolled-out"],
+                          out=self.out, extra=SLOW_START)
+        self.assertIn("differential divergence", caught.exception.report)
+        with open(caught.exception.trace) as f:
+            self.assertLessEqual(len(json.load(f)["ops"]), 3, str(caught.exception))
+
+    def test_rows_alone_miss_a_query_side_bug_that_the_outputs_find(self):
+        # The rows attention reads are right, so no oracle of rows can see it.
+        result = kvcheck.check(TappedToyClass(), time=5, seed=7, args=["--bug", "query-position-local"],
+                               out=self.out, extra=SLOW_START)
+        self.assertIn("no divergence", result.output)
+        with self.assertRaises(kvcheck.Divergence) as caught:
+            kvcheck.check(toy_class("RecomparedToy"), time=20, seed=7, args=["--bug", "query-position-local"],
+                          out=self.out, extra=SLOW_START)
+        self.assertIn("RecomputeMismatch", caught.exception.report)
+        self.assertIn("the outputs differ from the recompute's", caught.exception.report)
+        with open(caught.exception.trace) as f:
+            self.assertLessEqual(len(json.load(f)["ops"]), 4, str(caught.exception))
 
 
 if __name__ == "__main__":

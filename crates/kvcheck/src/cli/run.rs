@@ -103,14 +103,31 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     let subject = args.subject.spec();
     super::announce(&subject);
     let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
+    // A differential oracle runs the same cases: a profile it cannot
+    // express is skipped as one the subject cannot.
+    let oracle = args.subject.oracle();
+    let oracle_side = match oracle.runs() {
+        Some(other) => Some((
+            other.name(&kvmodel::Config::dense(1)),
+            other.capabilities().map_err(CliError::Capabilities)?,
+        )),
+        None => None,
+    };
     let selected: Vec<usize> = selected
         .into_iter()
-        .filter(|&i| match profile_support(&PROFILES[i], &capabilities) {
-            Ok(()) => true,
-            Err(why) => {
-                println!("skipped: {why}");
-                false
-            }
+        .filter(|&i| {
+            let why = match (profile_support(&PROFILES[i], &capabilities), &oracle_side) {
+                (Err(why), _) => why.to_string(),
+                (Ok(()), Some((name, theirs))) => {
+                    match profile_support(&PROFILES[i], &capabilities.shared_with(theirs)) {
+                        Ok(()) => return true,
+                        Err(why) => format!("by the oracle {name}: {}", why.what),
+                    }
+                }
+                (Ok(()), None) => return true,
+            };
+            println!("skipped: {why}");
+            false
         })
         .collect();
     if selected.is_empty() {
@@ -151,7 +168,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         jobs,
         shard: args.shard,
         subject: subject.clone(),
-        oracle: args.subject.oracle(),
+        oracle,
     };
     super::announce_oracle(&campaign.oracle);
     let outcome = if args.triage.keep_going {

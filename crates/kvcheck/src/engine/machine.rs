@@ -233,6 +233,17 @@ pub enum SettingsError {
 }
 
 /// The capabilities of `subject`, or an error naming the subject.
+/// What `subject` and `other` can both express (each asked once; an
+/// `exec:` subject's answer is kept by its pool).
+pub fn shared_capabilities(
+    subject: &SubjectSpec,
+    other: &SubjectSpec,
+) -> Result<Arc<Capabilities>, CaseError> {
+    Ok(Arc::new(
+        capabilities_of(subject)?.shared_with(&*capabilities_of(other)?),
+    ))
+}
+
 fn capabilities_of(subject: &SubjectSpec) -> Result<Arc<Capabilities>, CaseError> {
     subject
         .capabilities()
@@ -274,6 +285,10 @@ macro_rules! families {
 
         /// [`draw_case`] for each profile, aligned with [`PROFILES`].
         pub const CASE_DRAWS: [CaseDraw; PROFILES.len()] = [$(draw_case::<$name>),*];
+
+        /// [`draw_case_within`] for each profile, aligned with [`PROFILES`].
+        pub const CASE_DRAWS_WITHIN: [CaseDrawWithin; PROFILES.len()] =
+            [$(draw_case_within::<$name>),*];
 
         /// [`run_case_on`] for each profile, aligned with [`PROFILES`].
         pub const CASE_RUNNERS: [CaseRunner; PROFILES.len()] = [$(run_case_on::<$name>),*];
@@ -625,8 +640,18 @@ pub fn draw_case<F: Family>(
     max_ops: usize,
     subject: &SubjectSpec,
 ) -> Result<(Config, Vec<Op>), CaseError> {
+    draw_case_within::<F>(runner, max_ops, subject, capabilities_of(subject)?)
+}
+
+/// [`draw_case`] within `capabilities` instead of `subject`'s own (those
+/// of two subjects that both run the case, [`shared_capabilities`]).
+pub fn draw_case_within<F: Family>(
+    runner: &mut TestRunner,
+    max_ops: usize,
+    subject: &SubjectSpec,
+    capabilities: Arc<Capabilities>,
+) -> Result<(Config, Vec<Op>), CaseError> {
     use proptest::strategy::{Strategy as _, ValueTree as _};
-    let capabilities = capabilities_of(subject)?;
     profile_support(F::PROFILE, &capabilities)?;
     // The strategy reads the subject when it draws (initial states are a
     // static function), so the draw runs with it set.
@@ -675,6 +700,15 @@ fn profile_index(profile: &Profile) -> usize {
 /// A case draw per entry of [`PROFILES`], in the same order.
 pub type CaseDraw =
     fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), CaseError>;
+
+/// A case drawer within given capabilities per entry of [`PROFILES`], in
+/// the same order.
+pub type CaseDrawWithin = fn(
+    &mut TestRunner,
+    usize,
+    &SubjectSpec,
+    Arc<Capabilities>,
+) -> Result<(Config, Vec<Op>), CaseError>;
 
 /// A case runner per entry of [`PROFILES`], in the same order.
 pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, CaseError>;

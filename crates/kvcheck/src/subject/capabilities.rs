@@ -165,6 +165,27 @@ impl Capabilities {
         }
     }
 
+    /// What both `self` and `other` can express: the cases two subjects
+    /// can both run (a differential oracle's draws).
+    pub fn shared_with(&self, other: &Capabilities) -> Capabilities {
+        fn both<T: PartialEq + Copy>(a: &[T], b: &[T]) -> Vec<T> {
+            a.iter().copied().filter(|x| b.contains(x)).collect()
+        }
+        Capabilities {
+            variants: both(&self.variants, &other.variants),
+            dtypes: both(&self.dtypes, &other.dtypes),
+            ops: both(&self.ops, &other.ops),
+            features: both(&self.features, &other.features),
+            values: self.values && other.values,
+            view: self.view && other.view,
+            internals: self.internals && other.internals,
+            reports: Reports {
+                capacity: self.reports.capacity && other.reports.capacity,
+                resident_bytes: self.reports.resident_bytes && other.reports.resident_bytes,
+            },
+        }
+    }
+
     /// Whether the op kind is implemented.
     pub fn has_op(&self, kind: OpKind) -> bool {
         kind == OpKind::Write || self.ops.contains(&kind)

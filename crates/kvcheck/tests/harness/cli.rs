@@ -383,3 +383,37 @@ fn a_bad_setting_is_an_input_error_naming_the_variable() {
         );
     }
 }
+
+#[test]
+fn a_differential_oracle_narrows_the_profiles_and_ops_to_what_both_express() {
+    // The oracle takes dense writes only: profiles it cannot open are
+    // skipped with its name, and the others draw only writes (an evict
+    // would leave the case unjudged and stop the run).
+    let Some(oracle) =
+        python_subject("tests/subjects/misbehaving_subject.py --caps dense-writes-only")
+    else {
+        return;
+    };
+    let (code, stdout, stderr) = kvcheck(&[
+        "run",
+        "--subject",
+        "reference",
+        "--oracle",
+        &oracle,
+        "--profile",
+        "tiny",
+        "--profile",
+        "window",
+        "--cases",
+        "20",
+        "--seed",
+        "3",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("skipped: by the oracle exec:python3")
+            && stdout.contains("profile window (window below capacity"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("no divergence"), "{stdout}{stderr}");
+}

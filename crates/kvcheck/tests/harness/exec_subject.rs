@@ -20,6 +20,7 @@ use kvcheck::engine::explore::Explorer;
 use kvcheck::engine::machine::SuiteSettings;
 use kvcheck::engine::machine::CASE_RUNNERS;
 use kvcheck::engine::minimize::{minimize, Signature};
+use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::replay::replay;
 use kvcheck::engine::strategy::PROFILES;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
@@ -379,6 +380,42 @@ fn a_subject_without_ops_and_features_gets_only_what_it_supports() {
     Explorer::new(&Config::dense(2), subject)
         .depth(2)
         .assert_no_discovery();
+}
+
+#[test]
+fn a_differential_oracle_draws_only_what_both_subjects_express() {
+    if python_missing() {
+        return;
+    }
+    let (narrow, _) = exec("--caps dense-writes-only", Duration::from_secs(10));
+    let oracle = Oracle::subject(narrow.clone());
+    assert_eq!(oracle.runs(), Some(&narrow));
+    let tiny = PROFILES.iter().position(|p| p.name == "tiny").unwrap();
+    let mut runner = TestRunner::deterministic();
+    let mut writes = 0;
+    for _ in 0..16 {
+        let (config, ops) = oracle
+            .draw(tiny, &mut runner, 24, &SubjectSpec::Reference)
+            .unwrap();
+        assert!(
+            ops.iter()
+                .all(|op| matches!(op, Op::Write(w) if w.heads.is_none())),
+            "{ops:?}"
+        );
+        writes += ops.len();
+        let checked = oracle
+            .check(&config, &ops, &SubjectSpec::Reference)
+            .unwrap();
+        assert!(checked.is_none(), "{}", checked.unwrap());
+    }
+    assert!(writes >= 16, "only {writes} writes drawn");
+    // A profile the oracle cannot open is unsupported, not drawn.
+    let window = PROFILES.iter().position(|p| p.name == "window").unwrap();
+    let err = oracle
+        .draw(window, &mut runner, 24, &SubjectSpec::Reference)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("profile window"), "{err}");
 }
 
 #[test]

@@ -114,6 +114,13 @@ pub trait Judge: fmt::Debug + Send + Sync {
         CASE_DRAWS[profile](runner, max_ops, subject)
     }
 
+    /// A subject this judge runs of its own beside the checked one (the
+    /// differential oracle's): cases must stay within what both can
+    /// express, so engines skip the profiles it cannot run.
+    fn runs(&self) -> Option<&SubjectSpec> {
+        None
+    }
+
     /// This judge with a process subject's timeout and kinds options
     /// applied to any subject it runs of its own (none to keep it).
     fn with_exec_options(&self, timeout: Option<Duration>, exact_kinds: bool) -> Option<Oracle> {
@@ -275,6 +282,11 @@ impl Oracle {
     /// See [`Judge::relation_instances`].
     pub fn relation_instances(&self) -> Option<usize> {
         self.0.relation_instances()
+    }
+
+    /// See [`Judge::runs`].
+    pub fn runs(&self) -> Option<&SubjectSpec> {
+        self.0.runs()
     }
 
     /// See [`Judge::draw`].
