@@ -317,6 +317,7 @@ def random_stream(subject, seed, ops=40, dtype="f32"):
             pass
 
 
+@needs_torch
 class Recompute(unittest.TestCase):
     """The toy's cache-free path (tapped_toy.RecomputedToy) against its
     cached path, in one process (tapped_toy.RecomparedToy)."""
