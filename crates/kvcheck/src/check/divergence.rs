@@ -14,7 +14,7 @@ use kvmodel::{format_ranges, Config, Op, Outcome, Quant, Variant};
 
 use crate::check::payload::{row, Kv, RowId};
 use crate::check::relation::Relation;
-use crate::check::trace::{Trace, TraceError, EXTENSION};
+use crate::check::trace::{OracleKind, OracleTag, Trace, TraceError, EXTENSION};
 use crate::subject::SubjectFailure;
 
 /// What disagreed.
@@ -224,8 +224,16 @@ pub struct Divergence {
 impl Divergence {
     /// A one-line summary: `values at step 7 (write 8+4) on dense`.
     pub fn summary(&self) -> String {
+        let against = match &self.trace.oracle {
+            Some(OracleTag {
+                kind: OracleKind::Subject,
+                subject: Some(other),
+                ..
+            }) => format!(" against {other}"),
+            _ => String::new(),
+        };
         format!(
-            "{} divergence at step {} ({}) on {}",
+            "{} divergence at step {} ({}) on {}{against}",
             self.kind, self.step, self.op, self.subject
         )
     }

@@ -296,7 +296,23 @@ fn differential_checking_tells_a_fault_from_another_correct_cache() {
     }
     let d = found.expect("roll-one-short differs from the correct cache");
     assert_eq!(d.kind, DivergenceKind::Differential);
-    assert_eq!(d.subject, "fault:roll-one-short against dense");
+    assert_eq!(d.subject, "fault:roll-one-short");
+    assert!(
+        d.summary()
+            .ends_with("on fault:roll-one-short against cache"),
+        "{}",
+        d.summary()
+    );
+    // The replay command names the subject; the saved trace names its oracle.
+    let mut d = d;
+    let dir = std::env::temp_dir().join(format!("kvcheck-differential-{}", std::process::id()));
+    d.save_in(&dir).unwrap();
+    let command = d.replay_command().unwrap();
+    assert!(
+        command.ends_with("--subject fault:roll-one-short"),
+        "{command}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(d.expected.starts_with("dense: "), "{}", d.expected);
 }
 

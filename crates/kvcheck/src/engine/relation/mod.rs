@@ -360,7 +360,9 @@ pub fn find_differential(
     if mismatch.is_none() && left.run.failure.is_none() && right.run.failure.is_none() {
         return Ok(None);
     }
-    let name = format!("{} against {}", subject.name(config), oracle.name(config));
+    // The subject alone, so that the replay command names it; the summary
+    // names the oracle from the trace's tag.
+    let name = subject.name(config);
     let tag = OracleTag::subject(&oracle.to_string());
     let mut finding = settle(left, right, pairs, mismatch, &name, tag);
     if finding.mismatch.is_some() {
