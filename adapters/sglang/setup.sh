@@ -9,12 +9,29 @@
 #     are extracted into adapters/sglang/.sglang/<version>/ ; the full package
 #     is never installed (it does not import without a GPU stack), and
 #     adapters/sglang/loader.py imports the extracted files alone.
+#
+# A patched library instead of the release:
+#   SGLANG_PATCH=fix.diff  the release's sources, then the diff applied to
+#                          them (paths as in the sglang repository,
+#                          a/python/sglang/...), extracted into
+#                          adapters/sglang/.sglang/<version>+patched/
+#   SGLANG_SRC=checkout    the same sources copied from an sglang checkout,
+#                          into adapters/sglang/.sglang/checkout/
+# The subject then runs with `--version <version>+patched` (or `--version
+# checkout`); the release's own folder stays as it was, so the replay of
+# tests/external/sglang keeps checking the release. Each folder's READY
+# records its source, and a later run with other settings extracts again.
+#
 # Idempotent: a step whose result is already there is skipped. Writes the
 # marker adapters/sglang/.sglang/<version>/READY that the opt-in tests and
 # scripts/sglang-findings.sh look for, and prints how long it took.
 #
 # Environment:
 #   SGLANG_VERSION   sglang release to extract (default 0.5.23)
+#   SGLANG_PATCH     a diff to apply to the extracted release (optional)
+#   SGLANG_SRC       an sglang checkout to take the sources from instead (optional)
+#   VENV             the venv to build or reuse (default adapters/sglang/.venv;
+#                    the subject runs with that venv's python)
 #   TORCH_INDEX      where CPU torch comes from (default: the PyTorch CPU
 #                    wheel index; set to "pypi" to use PyPI's torch)
 #   PYTHON           interpreter for the venv (default python3)
@@ -24,8 +41,27 @@ started=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="${SGLANG_VERSION:-0.5.23}"
 python="${PYTHON:-python3}"
-venv="$here/.venv"
+venv="${VENV:-$here/.venv}"
+patch_file="${SGLANG_PATCH:-}"
+src="${SGLANG_SRC:-}"
 dest="$here/.sglang/$version"
+if [ -n "$patch_file" ] && [ -n "$src" ]; then
+    echo "setup: SGLANG_PATCH and SGLANG_SRC exclude each other" >&2
+    exit 2
+fi
+# What the folder's READY records: the release's holds its version alone.
+want="$version"
+if [ -n "$src" ]; then
+    src="$(cd "$src" && pwd)"
+    dest="$here/.sglang/checkout"
+    want="checkout
+source: checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
+elif [ -n "$patch_file" ]; then
+    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+    dest="$here/.sglang/$version+patched"
+    want="$version+patched
+source: release $version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+fi
 torch_index="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -52,7 +88,28 @@ urllib.request.urlopen(sys.argv[1], timeout=15)' "$torch_index/torch/" 2>/dev/nu
     fi
 fi
 
-if [ ! -f "$dest/READY" ]; then
+if [ "$(cat "$dest/READY" 2>/dev/null)" != "$want" ] && [ -n "$src" ]; then
+    echo "setup: copying the kvcache sources of $src"
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    trap 'rm -rf "$dest"' ERR
+    "$vpy" - "$src/python" "$dest" <<'PY'
+import os, shutil, sys
+tree, dest = sys.argv[1], sys.argv[2]
+prefix = os.path.join("sglang", "multimodal_gen", "runtime", "layers", "kvcache")
+names = [os.path.join(prefix, n) for n in sorted(os.listdir(os.path.join(tree, prefix))) if n.endswith(".py")]
+config = os.path.join("sglang", "multimodal_gen", "configs", "quantization", "qvg_kv.py")
+names += [config] if os.path.isfile(os.path.join(tree, config)) else []
+for name in names:
+    os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
+    shutil.copyfile(os.path.join(tree, name), os.path.join(dest, name))
+    print("  " + name)
+PY
+    "$vpy" -c 'import torch; print(torch.__version__)' > "$dest/TORCH_VERSION"
+    echo "$want" > "$dest/READY"
+fi
+
+if [ "$(cat "$dest/READY" 2>/dev/null)" != "$want" ]; then
     wheels="$here/.sglang/wheels"
     mkdir -p "$wheels"
     wheel=$(ls "$wheels"/sglang-"$version"-*.whl 2>/dev/null | head -n1 || true)
@@ -83,8 +140,13 @@ with zipfile.ZipFile(wheel) as zf:
         zf.extract(name, dest)
         print("  " + name)
 PY
+    if [ -n "$patch_file" ]; then
+        echo "setup: applying $patch_file"
+        # a/python/sglang/... -> sglang/... under the extracted tree
+        patch -d "$dest" -p2 --forward --batch < "$patch_file"
+    fi
     "$vpy" -c 'import torch; print(torch.__version__)' > "$dest/TORCH_VERSION"
-    echo "$version" > "$dest/READY"
+    echo "$want" > "$dest/READY"
 fi
 
-echo "setup: sglang $version ready in $dest ($(( $(date +%s) - started )) s)"
+echo "setup: sglang $(head -n1 "$dest/READY") ready in $dest ($(( $(date +%s) - started )) s)"

@@ -1,28 +1,43 @@
 #!/usr/bin/env bash
 # Builds the environment the transformers adapter runs in, from the package
-# registry alone: a venv (adapters/transformers/.venv) with torch, numpy and
-# transformers of TRANSFORMERS_VERSION, plus the quantization backends of
-# QUANT_BACKENDS (each optional: one that fails to install is reported and
-# skipped; `subject.py --cache NAME` on it then fails at open). The default
-# is HQQ alone, whose CPU path runs as installed; optimum-quanto installs
-# too but builds a C++ extension with ninja and a compiler at first use.
+# registry alone: a venv (adapters/transformers/.venv, or $VENV) with torch,
+# numpy and transformers of TRANSFORMERS_VERSION, plus the quantization
+# backends of QUANT_BACKENDS (each optional: one that fails to install is
+# reported and skipped; `subject.py --cache NAME` on it then fails at open).
+# The default is HQQ alone, whose CPU path runs as installed;
+# optimum-quanto installs too but builds a C++ extension with ninja and a
+# compiler at first use.
 #
 # PyPI's torch brings CUDA libraries (about 3 GB) that the adapter never
 # uses: everything runs on the CPU. Where the PyTorch CPU wheel index can be
-# reached, set TORCH_INDEX to it to get the small CPU-only wheel instead.
+# reached, set TORCH_INDEX to it to get the small CPU-only wheel instead, or
+# VENV to a venv that already has torch.
+#
+# A patched library instead of the release:
+#   TRANSFORMERS_PATCH=fix.diff  the release, then the diff applied to the
+#                                installed package (paths as in the
+#                                transformers repository, a/src/transformers/...)
+#   TRANSFORMERS_SRC=checkout    a transformers checkout, installed from its tree
+# The marker records which, and a later run with other settings reinstalls.
+# `cargo test`'s replay of tests/external/transformers expects the release
+# in adapters/transformers/.venv (a fixed finding no longer diverges there):
+# build patched libraries in another VENV.
 #
 # Idempotent: a step whose result is already there is skipped. Writes the
-# marker adapters/transformers/.venv/KVCHECK_READY (the installed versions)
-# that the opt-in tests look for, and prints how long it took.
+# marker $VENV/KVCHECK_READY (the source, then the installed versions) that
+# the opt-in tests look for, and prints how long it took.
 #
 # Environment:
 #   TRANSFORMERS_VERSION  transformers release (default 5.25.0)
+#   TRANSFORMERS_PATCH    a diff to apply to the installed release (optional)
+#   TRANSFORMERS_SRC      a transformers checkout to install instead (optional)
 #   TORCH_VERSION         torch release (default 2.15.0)
 #   QUANT_BACKENDS        space-separated subset of "quanto hqq"
 #                         (default "hqq"; empty for none)
 #   QUANTO_VERSION        optimum-quanto release (default 0.2.7)
 #   HQQ_VERSION           hqq release (default 0.2.8.post1)
 #   TORCH_INDEX           an index serving CPU torch wheels (default: PyPI)
+#   VENV                  the venv to build or reuse (default adapters/transformers/.venv)
 #   PYTHON                interpreter for the venv (default python3)
 set -euo pipefail
 
@@ -33,11 +48,30 @@ torch_version="${TORCH_VERSION:-2.15.0}"
 backends="${QUANT_BACKENDS-hqq}"
 quanto_version="${QUANTO_VERSION:-0.2.7}"
 hqq_version="${HQQ_VERSION:-0.2.8.post1}"
-venv="$here/.venv"
+venv="${VENV:-$here/.venv}"
+patch_file="${TRANSFORMERS_PATCH:-}"
+src="${TRANSFORMERS_SRC:-}"
+marker="$venv/KVCHECK_READY"
+
+if [ -n "$patch_file" ] && [ -n "$src" ]; then
+    echo "setup: TRANSFORMERS_PATCH and TRANSFORMERS_SRC exclude each other" >&2
+    exit 2
+fi
 
 # shellcheck source=../torch-venv.sh
 . "$here/../torch-venv.sh"
 torch_venv "$venv" "$torch_version"
+
+# What this run wants installed, as the marker's first line records it.
+if [ -n "$src" ]; then
+    src="$(cd "$src" && pwd)"
+    want="source: checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
+elif [ -n "$patch_file" ]; then
+    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+    want="source: release $transformers_version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+else
+    want="source: release $transformers_version"
+fi
 
 installed() {
     # Whether distribution $1 is installed at exactly version $2.
@@ -48,28 +82,48 @@ sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
 PY
 }
 
-if ! installed transformers "$transformers_version"; then
-    echo "setup: installing transformers $transformers_version"
-    "$vpy" -m pip install --quiet "torch==$torch_version" "transformers==$transformers_version"
+if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
+    rm -f "$marker"
+    if [ -n "$src" ]; then
+        echo "setup: installing transformers from $src"
+        "$vpy" -m pip install --quiet --force-reinstall --no-deps "$src"
+        "$vpy" -m pip install --quiet "torch==$torch_version" "$src"
+    else
+        # The marker differs (first run, another version, a patch or a checkout
+        # before): --force-reinstall --no-deps restores the release's pristine
+        # files, the second install brings any dependency still missing.
+        echo "setup: installing transformers $transformers_version"
+        "$vpy" -m pip install --quiet --force-reinstall --no-deps "transformers==$transformers_version"
+        "$vpy" -m pip install --quiet "torch==$torch_version" "transformers==$transformers_version"
+        if [ -n "$patch_file" ]; then
+            site="$("$vpy" -c 'import importlib.util, os; print(os.path.dirname(list(importlib.util.find_spec("transformers").submodule_search_locations)[0]))')"
+            echo "setup: applying $patch_file to $site/transformers"
+            # a/src/transformers/... -> transformers/... under site-packages
+            patch -d "$site" -p2 --forward --batch < "$patch_file"
+            find "$site/transformers" -name '__pycache__' -prune -exec rm -rf {} +
+        fi
+    fi
 fi
 
 for backend in $backends; do
     case "$backend" in
-        quanto) dist=optimum-quanto; want="$quanto_version" ;;
-        hqq) dist=hqq; want="$hqq_version" ;;
+        quanto) dist=optimum-quanto; want_backend="$quanto_version" ;;
+        hqq) dist=hqq; want_backend="$hqq_version" ;;
         *) echo "setup: unknown QUANT_BACKENDS entry '$backend' (known: quanto hqq)" >&2; exit 2 ;;
     esac
-    if ! installed "$dist" "$want"; then
-        echo "setup: installing $dist $want"
+    if ! installed "$dist" "$want_backend"; then
+        echo "setup: installing $dist $want_backend"
         # Optional: a backend that does not install on this machine is
         # reported and the rest of the environment stays usable.
-        if ! "$vpy" -m pip install --quiet "torch==$torch_version" "$dist==$want"; then
-            echo "setup: $dist $want did not install; the quantized cache on $backend stays off"
+        if ! "$vpy" -m pip install --quiet "torch==$torch_version" "$dist==$want_backend"; then
+            echo "setup: $dist $want_backend did not install; the quantized cache on $backend stays off"
         fi
     fi
 done
 
-"$vpy" - > "$venv/KVCHECK_READY" <<'PY'
+{
+    echo "$want"
+    "$vpy" - <<'PY'
 from importlib.metadata import version, PackageNotFoundError
 for dist in ("torch", "transformers", "optimum-quanto", "hqq"):
     try:
@@ -77,5 +131,7 @@ for dist in ("torch", "transformers", "optimum-quanto", "hqq"):
     except PackageNotFoundError:
         pass
 PY
+} > "$marker.tmp"
+mv "$marker.tmp" "$marker"
 echo "setup: transformers environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$venv/KVCHECK_READY"
+sed 's/^/  /' "$marker"

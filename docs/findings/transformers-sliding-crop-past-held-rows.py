@@ -33,18 +33,25 @@ cache.update(tagged(0, 4), tagged(0, 4), 0)
 show("update positions 0..3")
 cache.crop(0)
 show("crop(0)")
-cache.crop(-2)
-show("crop(-2)  (expected: length 2, rows 0..1)")
-kv_length, kv_offset = cache.get_mask_sizes(1, 0)
-keys, _ = cache.update(tagged(2, 1), tagged(2, 1), 0)
-print("next forward (1 token at position 2): the mask covers %d keys from position %d; update returned %d keys holding positions %s"
-      % (kv_length, kv_offset, keys.shape[2], keys[0, 0, :, 0].int().tolist()))
+try:
+    cache.crop(-2)
+    show("crop(-2)  (expected: length 2, rows 0..1)")
+    kv_length, kv_offset = cache.get_mask_sizes(1, 0)
+    keys, _ = cache.update(tagged(2, 1), tagged(2, 1), 0)
+    print("next forward (1 token at position 2): the mask covers %d keys from position %d; update returned %d keys holding positions %s"
+          % (kv_length, kv_offset, keys.shape[2], keys[0, 0, :, 0].int().tolist()))
+except RuntimeError as error:  # a layer that refuses the crop it cannot undo
+    print("crop(-2) -> RuntimeError: %s" % error)
+    show("after the refused crop")
 
 over = DynamicCache(config=config)
 over.activate_past_recording()
 over.update(tagged(0, 4), tagged(0, 4), 0)
-over.crop(-5)
-print("crop(-5) of a 4-token sliding layer -> get_seq_length() = %d" % over.get_seq_length())
+try:
+    over.crop(-5)
+    print("crop(-5) of a 4-token sliding layer -> get_seq_length() = %d" % over.get_seq_length())
+except RuntimeError as error:
+    print("crop(-5) of a 4-token sliding layer -> RuntimeError: %s" % error)
 full = DynamicCache(config=PretrainedConfig(num_hidden_layers=1, layer_types=["full_attention"]))
 full.update(tagged(0, 4), tagged(0, 4), 0)
 full.crop(-5)
