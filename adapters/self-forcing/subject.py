@@ -3,8 +3,9 @@
 
     python adapters/self-forcing/subject.py [--src CHECKOUT] [--layers 2]
 
-The checkout is `--src`, else `$SELF_FORCING_SRC` (github
-guandeh17/Self-Forcing; setup.sh records which). The shape and the op
+The checkout is `--src`, else `$SELF_FORCING_SRC`, else the one setup.sh
+recorded (github guandeh17/Self-Forcing; an unpacked archive names its
+commit in a `KVCHECK_COMMIT` file). The shape and the op
 mapping are shape.py's; from the checkout this compiles, unmodified:
 
 - `CausalWanSelfAttention.forward` (`wan/modules/causal_model.py`), with
@@ -43,9 +44,20 @@ MODEL = os.path.join("wan", "modules", "causal_model.py")
 PIPELINE = os.path.join("pipeline", "causal_inference.py")
 
 
+def recorded(venv=None):
+    """The checkout setup.sh recorded (its marker's second line), or None."""
+    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
+    try:
+        with open(os.path.join(venv, "KVCHECK_SELF_FORCING_READY")) as f:
+            return f.read().splitlines()[1]
+    except (OSError, IndexError):
+        return None
+
+
 def source(src=None):
-    """The checkout: `src`, else $SELF_FORCING_SRC; RuntimeError when absent."""
-    src = src or os.environ.get("SELF_FORCING_SRC")
+    """The checkout: `src`, else $SELF_FORCING_SRC, else the one setup.sh
+    recorded; RuntimeError when there is none."""
+    src = src or os.environ.get("SELF_FORCING_SRC") or recorded()
     if not src or not os.path.isfile(os.path.join(src, MODEL)):
         raise RuntimeError("no Self-Forcing checkout: set SELF_FORCING_SRC (see adapters/self-forcing/setup.sh)")
     return os.path.abspath(src)
