@@ -80,11 +80,6 @@ def installed_version():
         return None
 
 
-def is_ready(venv=None):
-    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
-    return os.path.isfile(os.path.join(venv, "KVCHECK_FASTVIDEO_READY"))
-
-
 def starts(prefix):
     return lambda s: s.startswith(prefix)
 
@@ -133,7 +128,7 @@ class CausalWan(shape.Flavour):
             starts("post_patch_height = "),
             starts("post_patch_width = "),
         ], "the model's frame size"))
-        self.frame_seqlen_expr = shape.expression(model, shape.dict_value_in(inference, "frame_seqlen"), "frame_seqlen")
+        self.frame_seqlen_expr = shape.expression(model, shape.dict_value_in(inference, "frame_seqlen"))
 
         _, stree = shape.parse(stage)
         stage_forward = shape.find_method(stree, "CausalDMDDenosingStage", "forward")
@@ -144,7 +139,7 @@ class CausalWan(shape.Flavour):
             starts("patch_ratio = "),
             starts("self.frame_seq_length = "),
         ], "the stage's frame_seq_length", optional=2))
-        self.start_expr = shape.expression(stage, shape.keyword_in(stage_forward, "current_start"), "current_start")
+        self.start_expr = shape.expression(stage, shape.keyword_in(stage_forward, "current_start"))
         init = shape.find_method(stree, "CausalDMDDenosingStage", "_initialize_kv_cache")
         self.initialize = shape.compile_functions(stage, [init], {"torch": torch})["_initialize_kv_cache"]
 
@@ -208,8 +203,8 @@ class LingBotWorld2(shape.Flavour):
             starts("frame_seqlen = "),
             starts("kv_size = "),
         ], "the stage's kv_size"))
-        self.start_expr = shape.expression(stage, shape.dict_value_in(stage_forward, "current_start"), "current_start")
-        self.window_expr = shape.expression(stage, shape.dict_value_in(stage_forward, "max_attention_size"), "window")
+        self.start_expr = shape.expression(stage, shape.dict_value_in(stage_forward, "current_start"))
+        self.window_expr = shape.expression(stage, shape.dict_value_in(stage_forward, "max_attention_size"))
         init = shape.find_method(stree, cls, "_initialize_self_kv_cache")
         self.initialize = shape.compile_functions(stage, [init], {"torch": torch, "get_sp_world_size": lambda: 1})[
             "_initialize_self_kv_cache"]

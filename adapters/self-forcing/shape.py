@@ -42,9 +42,6 @@ passes, where the tap (`kvcheck.torch`) sees it.
 """
 
 import ast
-import math
-import os
-import types
 
 import kvcheck
 
@@ -125,8 +122,8 @@ def compile_functions(path, nodes, namespace):
     return {node.name: namespace[node.name] for node in nodes}
 
 
-def expression(path, source_text, what):
-    """An expression of the library's source, compiled for eval."""
+def expression(path, source_text):
+    """An expression of the library's source (`source_text`), compiled for eval."""
     return compile(ast.Expression(body=ast.parse(source_text, mode="eval").body), path, "eval", dont_inherit=True)
 
 
@@ -152,7 +149,9 @@ def dict_value_in(node, key):
 
 class Flavour:
     """One library's copy of the shape: where its statements are and how its
-    `forward` is called. Subclasses fill in `load` and `call`."""
+    `forward` is called. Subclasses compile their statements in `__init__`
+    and define `sizes` and `forward` (and `reset` when a new video is not a
+    new allocation)."""
 
     name = None
     where = None  # what the reports name (version or commit)
@@ -171,12 +170,9 @@ class Flavour:
         return out.transpose(1, 2)
 
     def sizes(self, config, layers):
-        """Sets `frame_seqlen` (tokens a block writes per frame),
-        `frame_seq_length` (the pipeline's per-frame stride of
-        `current_start`) and allocates `self.caches` for a new video."""
-        raise NotImplementedError
-
-    def current_start(self, start_frame):
+        """The pipeline's sizes for `config` (its tokens per frame, the
+        model's, the buffer) and `self.caches`, one dict per block, for a
+        new video."""
         raise NotImplementedError
 
     def forward(self, layer, cache, start_frame, k, v):
@@ -307,25 +303,3 @@ class ShapeCache(kvcheck.Subject):
 def flatten_heads(rows):
     b, n, h, d = rows.shape
     return rows.reshape(b, n, h * d)
-
-
-__all__ = [
-    "Flavour",
-    "Inexpressible",
-    "LayerMismatch",
-    "ShapeCache",
-    "compile_functions",
-    "compile_statements",
-    "dict_value_in",
-    "expression",
-    "find_class",
-    "find_function",
-    "find_method",
-    "flatten_heads",
-    "keyword_in",
-    "parse",
-    "statements",
-    "math",
-    "os",
-    "types",
-]

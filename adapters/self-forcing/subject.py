@@ -105,7 +105,7 @@ class SelfForcing(shape.Flavour):
         self.cache_size = shape.compile_statements(pipeline, shape.statements(
             pipeline, allocate.body, [lambda s: s.startswith("if self.local_attn_size != -1:") and "kv_cache_size" in s],
             "kv_cache_size"))
-        self.start_expr = shape.expression(pipeline, shape.keyword_in(inference, "current_start"), "current_start")
+        self.start_expr = shape.expression(pipeline, shape.keyword_in(inference, "current_start"))
         branch = [node for node in shape.walk_statements(inference.body)
                   if isinstance(node, shape.ast.If) and shape.ast.unparse(node.test) == "self.kv_cache1 is None"]
         if len(branch) != 1 or not branch[0].orelse:
