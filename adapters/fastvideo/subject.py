@@ -239,6 +239,83 @@ class LingBotWorld2(shape.Flavour):
         )
 
 
+class DreamXWorld(shape.Flavour):
+    """DreamX-World's autoregressive model (`DreamXWorldARTransformer3DModel`):
+    attention computes the update on a copy and the model applies every
+    block's update after the last block (`_apply_cache_updates`)."""
+
+    name = "dreamx-world"
+
+    def __init__(self, torch):
+        super().__init__(torch)
+        root = package_dir()
+        self.where = "fastvideo %s" % installed_version()
+        model = os.path.join(root, "models", "dits", "dreamx_world_ar.py")
+        stage = os.path.join(root, "pipelines", "basic", "dreamx_world", "ar_denoising.py")
+        import math
+
+        _, tree = shape.parse(model)
+        forward = shape.find_method(tree, "CausalWanSelfAttention", "forward")
+        init = shape.find_method(tree, "CausalWanSelfAttention", "__init__")
+        apply = shape.find_method(tree, "DreamXWorldARTransformer3DModel", "_apply_cache_updates")
+        attention = shape.find_function(tree, "attention")
+        if forward is None or init is None or apply is None or attention is None:
+            raise RuntimeError("%s has no CausalWanSelfAttention.forward / __init__, "
+                               "DreamXWorldARTransformer3DModel._apply_cache_updates or attention" % model)
+        # The file's own attention (plain scaled_dot_product_attention, seen by the tap).
+        namespace = {"torch": torch, "math": math, "F": torch.nn.functional,
+                     "block_relativistic_rope": self.identity_rope}
+        functions = shape.compile_functions(model, [attention, forward, apply], namespace)
+        self.attn_forward, self.apply = functions["forward"], functions["_apply_cache_updates"]
+        self.window = shape.compile_statements(model, shape.statements(
+            model, init.body, [starts("self.max_attention_size = ")], "max_attention_size"))
+
+        _, stree = shape.parse(stage)
+        cls = "DreamXWorldARCausalDenoisingStage"
+        stage_forward = shape.find_method(stree, cls, "forward")
+        self.stage_sizes = shape.compile_statements(stage, shape.statements(
+            stage, stage_forward.body, [starts("frame_seq_length = ")], "the stage's frame_seq_length"))
+        self.start_expr = shape.expression(stage, shape.keyword_in(stage_forward, "current_start"))
+        init_cache = shape.find_method(stree, cls, "_initialize_kv_cache")
+        self.initialize = shape.compile_functions(stage, [init_cache], {"torch": torch})["_initialize_kv_cache"]
+
+    def sizes(self, config, layers):
+        torch = self.torch
+        heads, head_dim = config["heads"], config["head_dim"]
+        # a 2x2 latent through the (1, 2, 2) patch: one token per frame
+        transformer = types.SimpleNamespace(patch_size=WAN_PATCH, num_attention_heads=heads,
+                                            attention_head_dim=head_dim, blocks=[])
+        self.stage = types.SimpleNamespace(transformer=transformer, local_attn_size=config["capacity"],
+                                           num_transformer_blocks=layers)
+        ns = {"self": self.stage, "latents": torch.zeros(config["batch"], 1, 1, 2, 2)}
+        exec(self.stage_sizes, ns)
+        self.frame_seq_length = ns["frame_seq_length"]
+        self.caches = self.initialize(self.stage, config["batch"], self.dtype, "cpu", self.frame_seq_length)
+        self.rows = None
+        self.updates = []
+        identity = lambda x: x  # noqa: E731
+        self.attn_self = types.SimpleNamespace(
+            num_heads=heads, head_dim=head_dim, local_attn_size=config["capacity"], sink_size=config["sink"],
+            q=lambda x: (x, None), k=lambda x: (x, None), v=lambda _x: (self.rows, None), o=lambda x: (x, None),
+            norm_q=identity, norm_k=identity,
+        )
+        exec(self.window, {"self": self.attn_self, "local_attn_size": config["capacity"]})
+
+    def forward(self, layer, cache, start_frame, k, v):
+        torch = self.torch
+        n = k.shape[1]
+        self.rows = shape.flatten_heads(v)
+        current_start = eval(self.start_expr, {"start": start_frame, "frame_seq_length": self.frame_seq_length})
+        _, update = self.attn_forward(self.attn_self, shape.flatten_heads(k), torch.tensor([n]),
+                                      torch.tensor([[n, 1, 1]]), None, cache, current_start)
+        self.updates.append((layer, update))
+
+    def after_forward(self):
+        # the transformer's forward, after its last block (cache_update_policy "commit_detached")
+        updates, self.updates = self.updates, []
+        self.apply(None, self.caches, updates)
+
+
 class FastvideoCache(shape.ShapeCache):
     """fastvideo's Self-Forcing-style `kv_cache` dicts (see the module docstring)."""
 
@@ -246,9 +323,10 @@ class FastvideoCache(shape.ShapeCache):
         if model == "causal-wan":
             factory = lambda torch: CausalWan(torch, latent)  # noqa: E731
             label = "causal-wan (latent %dx%d)" % latent
+        elif model == "dreamx-world":
+            factory, label = DreamXWorld, "dreamx-world"
         else:
-            factory = LingBotWorld2
-            label = "lingbot-world2"
+            factory, label = LingBotWorld2, "lingbot-world2"
         super().__init__(factory, layers)
         self.name = "fastvideo %s %s" % (installed_version() or "?", label)
 
@@ -270,7 +348,7 @@ def latent_size(text):
 
 def parse(argv):
     parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=("causal-wan", "lingbot-world2"), default="causal-wan")
+    parser.add_argument("--model", choices=("causal-wan", "lingbot-world2", "dreamx-world"), default="causal-wan")
     parser.add_argument("--latent", type=latent_size, default=(2, 2),
                         help="causal-wan: the latent's HxW, sides 2 or 3 (default 2x2)")
     parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")

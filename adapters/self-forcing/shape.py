@@ -179,6 +179,9 @@ class Flavour:
         """Every block's self-attention forward for a chunk of rows `k`, `v`."""
         raise NotImplementedError
 
+    def after_forward(self):
+        """What the model does once every block has run (a deferred cache update)."""
+
     def reset(self):
         """A new video."""
         self.sizes(self.config, self.layers)
@@ -265,6 +268,7 @@ class ShapeCache(kvcheck.Subject):
             for layer, cache in enumerate(self.flavour.caches):
                 self.flavour.forward(layer, cache, start, k, v)
                 calls.append(len(tap.calls) - 1)
+            self.flavour.after_forward()
         seen = [tap.observe(i) for i in calls]
         last = seen[-1]
         if last.ambiguous:
