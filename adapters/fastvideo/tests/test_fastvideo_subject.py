@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.dirname(HERE)
 ADAPTERS = os.path.dirname(ADAPTER)
 ROOT = os.path.dirname(ADAPTERS)
-sys.path.insert(0, ADAPTERS)
+sys.path.insert(0, ADAPTERS)  # kvtrace_replay, clean_protocol
 sys.path.insert(0, os.path.join(ADAPTERS, "self-forcing"))  # pipeline_protocol, shape
 sys.path.insert(0, ADAPTER)  # this adapter's subject.py before self-forcing's
 
@@ -122,6 +122,47 @@ class LingBotWorld2(Case):
 
     def test_the_chunk_loop_agrees_with_the_contract(self):
         self.assertEqual(self.chunk_loop(12, 8), {})
+
+
+@unittest.skipUnless(READY, SKIP)
+class DreamXWorld(Case):
+    options = "--model dreamx-world"
+
+    def video(self, capacity, sink, chunks, steps):
+        """One video of `chunks` chunks, each appended and rewritten `steps` times, with `expect`."""
+        import clean_protocol
+
+        ops, start = [], 0
+        for n in chunks:
+            ops += [{"write": {"start": start, "len": n}}] * (steps + 1)
+            start += n
+        config = kvtrace_replay.full_config({"variant": "dense", "capacity": capacity, "sink": sink,
+                                             "batch": 2, "heads": 2, "head_dim": 3})
+        return {"format": "kvtrace/1", "config": config, "ops": ops, "expect": clean_protocol.expect(config, ops)}
+
+    def test_the_preset_geometry_agrees(self):
+        # DreamX-World's preset: a sink of 3 frames, chunks of 3, a 12-frame window (here 6 chunks, 4 steps).
+        trace = self.video(12, 3, [3] * 6, 4)
+        self.assertEqual(kvtrace_replay.replay(self.subject, trace, exact_kinds=False), [])
+
+    def test_finding_dreamx_sink_keeps_first_step(self):
+        trace = finding("dreamx-sink-keeps-first-step")
+        problems = kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+        if not problems:
+            self.skipTest("this fastvideo rewrites the sink frames of a later chunk "
+                          "(docs/findings/fastvideo-dreamx-sink-keeps-first-step.md)")
+        # C = 4, S = 3: the rewrite of the chunk 2+1 leaves position 2 (a sink frame) as op 1 wrote it.
+        self.assertTrue(problems and all(p.startswith('op 2 {"write": {"start": 2, "len": 1}}: ') and "position 2" in p
+                                         for p in problems), problems)
+
+    def test_a_sink_longer_than_one_chunk_over_a_video(self):
+        # Chunks of 2 frames under a sink of 3: only the sink frame of the second chunk is stale.
+        trace = self.video(6, 3, [2, 2, 2], 1)
+        problems = kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+        if not problems:
+            self.skipTest("this fastvideo rewrites the sink frames of a later chunk "
+                          "(docs/findings/fastvideo-dreamx-sink-keeps-first-step.md)")
+        self.assertTrue(all("(position 2," in p for p in problems), problems)
 
 
 @unittest.skipUnless(READY, SKIP)
