@@ -3,6 +3,7 @@
 
     python adapters/fastvideo/subject.py --model causal-wan [--latent 2x2] [--layers 2]
     python adapters/fastvideo/subject.py --model lingbot-world2 [--layers 2]
+    python adapters/fastvideo/subject.py --model dreamx-world [--layers 2]
 
 The shape, and how kvtrace ops drive it, is adapters/self-forcing/shape.py;
 this file says where fastvideo (0.2.1 by default, adapters/fastvideo/setup.sh)
@@ -40,6 +41,16 @@ is a multiple of 8 but not of 16, e.g. 360 gives 45).
 batch, where the stage passes 1), `current_start = chunk_id * chunk_size *
 frame_seqlen` (evaluated for the chunk's first frame, which is what it is
 for the pipeline's equal chunks) and `max_attention_size = kv_size`.
+
+**`dreamx-world`**: DreamX-World's `CausalWanSelfAttention.forward`
+(`models/dits/dreamx_world_ar.py`), which computes each block's update on a
+copy and returns it, `DreamXWorldARTransformer3DModel._apply_cache_updates`,
+which applies them after the last block, the file's `attention`, and
+`self.max_attention_size` from `__init__`; with the sizes of
+`DreamXWorldARCausalDenoisingStage` (`pipelines/basic/dreamx_world/ar_denoising.py`):
+its per-side `frame_seq_length`, `_initialize_kv_cache` and
+`current_start=start * frame_seq_length`. The camera (PRoPE) cache is not
+driven (the tiny model has no camera attention).
 """
 
 import argparse
