@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Random kvtrace/1 traces of what a Self-Forcing-style chunk loop asks of its cache.
+
+    python3 adapters/self-forcing/pipeline_protocol.py --count 300 --seed 1 --out DIR
+
+The loop of Self-Forcing's `CausalInferencePipeline.inference` and of
+fastvideo's causal denoising stages: `local_attn_size` C in 2..12 frames,
+`sink_size` S in 0..min(3, C - 1), `num_frame_per_block` b in 1..C - S (a
+chunk that fits beside the sink), sometimes an independent first frame
+(chunks `[1, b, b, ...]`); every chunk is appended, rewritten for the rest
+of its 1..4 denoising steps, then rewritten once more by the clean-context
+rerun at the context timestep; now and then a probe (`G+0`) and a reset
+(the next video). One config per trace: batch 1-2, heads 1-3, head_dim
+1-4, f32/f16/bf16.
+
+Traces carry no `expect` unless `--expect` (adapters/clean_protocol.py's
+model of the contract): `kvcheck replay DIR --subject ...` runs the model
+beside the subject.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+
+
+def trace(rng):
+    capacity = rng.randint(2, 12)
+    sink = rng.randint(0, min(3, capacity - 1))
+    block = rng.randint(1, capacity - sink)
+    steps = rng.randint(1, 4)
+    config = {
+        "variant": "dense",
+        "batch": rng.randint(1, 2),
+        "heads": rng.randint(1, 3),
+        "head_dim": rng.randint(1, 4),
+        "dtype": rng.choice(["f32", "f16", "bf16"]),
+        "capacity": capacity,
+        "sink": sink,
+        "seed": rng.randint(0, 1 << 32),
+    }
+    ops = []
+    for video in range(rng.choice([1, 1, 1, 2])):
+        if video:
+            ops.append("reset")
+        chunks = [block] * rng.randint(1, 10)
+        if rng.random() < 0.3:
+            chunks.insert(0, 1)  # independent_first_frame: [1, b, b, ...]
+        start = 0
+        for n in chunks:
+            for _ in range(steps + 1):  # the denoising steps, then the clean-context rerun
+                ops.append({"write": {"start": start, "len": n}})
+            start += n
+            if rng.random() < 0.2:
+                ops.append({"write": {"start": start, "len": 0}})
+    return config, ops
+
+
+def generate(count, seed, expect=False):
+    rng = random.Random(seed)
+    for _ in range(count):
+        config, ops = trace(rng)
+        out = {"format": "kvtrace/1", "config": config, "ops": ops}
+        if expect:
+            sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            import clean_protocol
+            import kvtrace_replay
+
+            out["config"] = kvtrace_replay.full_config(config)
+            out["expect"] = clean_protocol.expect(out["config"], ops)
+        yield out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", required=True, help="directory for the traces")
+    parser.add_argument("--expect", action="store_true", help="fill in `expect` from the contract's model")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    for i, t in enumerate(generate(args.count, args.seed, args.expect)):
+        with open(os.path.join(args.out, "chunk-loop-%04d.kvtrace.json" % i), "w") as f:
+            json.dump(t, f)
+    print("%d traces in %s" % (args.count, args.out))
+
+
+if __name__ == "__main__":
+    main()

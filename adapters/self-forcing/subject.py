@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Self-Forcing's KV cache (a source checkout) as a kvcheck-subject/1 process.
+
+    python adapters/self-forcing/subject.py [--src CHECKOUT] [--layers 2]
+
+The checkout is `--src`, else `$SELF_FORCING_SRC`, else the one setup.sh
+recorded (github guandeh17/Self-Forcing; an unpacked archive names its
+commit in a `KVCHECK_COMMIT` file). The shape and the op
+mapping are shape.py's; from the checkout this compiles, unmodified:
+
+- `CausalWanSelfAttention.forward` (`wan/modules/causal_model.py`), with
+  `self.max_attention_size` from the statement of its `__init__`
+  (`local_attn_size * 1560`: the frame size of 480x832, the one resolution
+  the pipeline supports);
+- from `CausalInferencePipeline` (`pipeline/causal_inference.py`): the
+  `kv_cache_size` statement of `_initialize_kv_cache` (the buffers are
+  allocated with its keys and the config's heads and head_dim, where the
+  file writes Wan-1.3B's 12 and 128), the `current_start=current_start_frame
+  * self.frame_seq_length` of the denoising loop, and the reset of a second
+  `inference` call (the `else:` of `if self.kv_cache1 is None:`: the end
+  indices set back to 0, the buffers kept).
+
+The tiny model writes one token per latent frame, so `frame_seq_length` is
+1 where the pipeline hardcodes 1560 (480x832), and `frame_seqlen` is
+`math.prod(grid_sizes[0][1:])` of the grid `[n, 1, 1]`.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ADAPTERS = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ADAPTERS)
+sys.path.insert(0, os.path.join(os.path.dirname(ADAPTERS), "python"))
+
+import kvcheck.serve  # noqa: E402
+import shape  # noqa: E402
+
+MODEL = os.path.join("wan", "modules", "causal_model.py")
+PIPELINE = os.path.join("pipeline", "causal_inference.py")
+
+
+def recorded(venv=None):
+    """The checkout setup.sh recorded (its marker's second line), or None."""
+    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
+    try:
+        with open(os.path.join(venv, "KVCHECK_SELF_FORCING_READY")) as f:
+            return f.read().splitlines()[1]
+    except (OSError, IndexError):
+        return None
+
+
+def source(src=None):
+    """The checkout: `src`, else $SELF_FORCING_SRC, else the one setup.sh
+    recorded; RuntimeError when there is none."""
+    src = src or os.environ.get("SELF_FORCING_SRC") or recorded()
+    if not src or not os.path.isfile(os.path.join(src, MODEL)):
+        raise RuntimeError("no Self-Forcing checkout: set SELF_FORCING_SRC (see adapters/self-forcing/setup.sh)")
+    return os.path.abspath(src)
+
+
+def commit(src):
+    try:
+        out = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        marker = os.path.join(src, "KVCHECK_COMMIT")
+        return open(marker).read().strip() if os.path.isfile(marker) else "unversioned"
+
+
+def starts(prefix):
+    return lambda s: s.startswith(prefix)
+
+
+class SelfForcing(shape.Flavour):
+    name = "self-forcing"
+
+    def __init__(self, torch, src):
+        super().__init__(torch)
+        import math
+
+        self.where = "Self-Forcing %s" % commit(src)[:12]
+        model, pipeline = os.path.join(src, MODEL), os.path.join(src, PIPELINE)
+        _, tree = shape.parse(model)
+        forward = shape.find_method(tree, "CausalWanSelfAttention", "forward")
+        init = shape.find_method(tree, "CausalWanSelfAttention", "__init__")
+        if forward is None or init is None:
+            raise RuntimeError("%s has no CausalWanSelfAttention.forward / __init__" % model)
+        namespace = {"torch": torch, "math": math, "causal_rope_apply": self.identity_rope,
+                     "attention": self.attention}
+        self.attn_forward = shape.compile_functions(model, [forward], namespace)["forward"]
+        self.window = shape.compile_statements(model, shape.statements(
+            model, init.body, [starts("self.max_attention_size = ")], "max_attention_size"))
+
+        _, ptree = shape.parse(pipeline)
+        cls = "CausalInferencePipeline"
+        allocate = shape.find_method(ptree, cls, "_initialize_kv_cache")
+        inference = shape.find_method(ptree, cls, "inference")
+        if allocate is None or inference is None:
+            raise RuntimeError("%s has no %s._initialize_kv_cache / inference" % (pipeline, cls))
+        self.cache_size = shape.compile_statements(pipeline, shape.statements(
+            pipeline, allocate.body, [lambda s: s.startswith("if self.local_attn_size != -1:") and "kv_cache_size" in s],
+            "kv_cache_size"))
+        self.start_expr = shape.expression(pipeline, shape.keyword_in(inference, "current_start"))
+        branch = [node for node in shape.walk_statements(inference.body)
+                  if isinstance(node, shape.ast.If) and shape.ast.unparse(node.test) == "self.kv_cache1 is None"]
+        if len(branch) != 1 or not branch[0].orelse:
+            raise RuntimeError("%s: inference has no `if self.kv_cache1 is None: ... else: <reset>`" % pipeline)
+        self.reset_code = shape.compile_statements(pipeline, branch[0].orelse)
+
+    def sizes(self, config, layers):
+        torch = self.torch
+        heads, head_dim, batch = config["heads"], config["head_dim"], config["batch"]
+        self.pipeline = types.SimpleNamespace(local_attn_size=config["capacity"], frame_seq_length=1,
+                                              num_transformer_blocks=layers)
+        ns = {"self": self.pipeline}
+        exec(self.cache_size, ns)
+        size = ns["kv_cache_size"]
+        self.caches = [{
+            "k": torch.zeros([batch, size, heads, head_dim], dtype=self.dtype),
+            "v": torch.zeros([batch, size, heads, head_dim], dtype=self.dtype),
+            "global_end_index": torch.tensor([0], dtype=torch.long),
+            "local_end_index": torch.tensor([0], dtype=torch.long),
+        } for _ in range(layers)]
+        self.pipeline.kv_cache1 = self.caches
+        self.pipeline.crossattn_cache = [{"is_init": True} for _ in range(layers)]
+        self.rows = None
+        identity = lambda x: x  # noqa: E731
+        self.attn_self = types.SimpleNamespace(
+            num_heads=heads, head_dim=head_dim, local_attn_size=config["capacity"], sink_size=config["sink"],
+            q=identity, k=identity, v=lambda _x: self.rows, o=identity, norm_q=identity, norm_k=identity,
+        )
+        exec(self.window, {"self": self.attn_self, "local_attn_size": config["capacity"]})
+
+    def forward(self, layer, cache, start_frame, k, v):
+        torch = self.torch
+        n = k.shape[1]
+        self.rows = shape.flatten_heads(v)
+        current_start = eval(self.start_expr, {"current_start_frame": start_frame, "self": self.pipeline})
+        self.attn_forward(self.attn_self, shape.flatten_heads(k), torch.tensor([n]), torch.tensor([[n, 1, 1]]),
+                          None, None, cache, current_start)
+
+    def reset(self):
+        """A second `inference` call: the pipeline's own reset of `kv_cache1`."""
+        exec(self.reset_code, {"self": self.pipeline, "torch": self.torch,
+                               "noise": self.torch.zeros(1)})
+        self.caches = self.pipeline.kv_cache1
+
+
+class SelfForcingCache(shape.ShapeCache):
+    """Self-Forcing's `kv_cache1` (see the module docstring)."""
+
+    def __init__(self, src=None, layers=2):
+        src = source(src)
+        super().__init__(lambda torch: SelfForcing(torch, src), layers)
+        self.name = "Self-Forcing %s kv_cache1" % commit(src)[:12]
+
+    @classmethod
+    def from_args(cls, argv):
+        args = parse(argv)
+        return cls(args.src, args.layers)
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", help="the Self-Forcing checkout (default $SELF_FORCING_SRC)")
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
+    args = parser.parse_args(argv)
+    if args.layers < 1:
+        raise SystemExit("--layers must be at least 1")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":SelfForcingCache"] + sys.argv[1:]))
