@@ -103,22 +103,32 @@ elif [ -n "$src" ]; then
     (cd "$src" && tar --exclude=.git -cf - .) | tar -xf - -C "$tree/vendor/llama.cpp"
 fi
 
+# The bindings' CMakeLists forces llama.cpp's `common` library on (only the
+# mtmd library, left out here, links it); llama.cpp then installs it, so it
+# would have to be compiled (52 more files). Let -DLLAMA_BUILD_COMMON=OFF
+# through instead. This edits the build configuration only, no source.
+force='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
+if grep -qF "$force" "$tree/CMakeLists.txt"; then
+    sed -i "s/$force/set(LLAMA_BUILD_COMMON ON CACHE BOOL \"Build llama.cpp common library\")/" "$tree/CMakeLists.txt"
+fi
+
 echo "setup: compiling llama-cpp-python $version for the CPU ($jobs jobs)"
 compile_started=$(date +%s)
-# GGML_NATIVE stays on (the library only runs on this machine). The
-# `common` library is forced on by the bindings' CMakeLists but nothing
-# installs it: building only the `llama` target (which pulls the ggml
-# libraries) skips it.
-CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Release -DLLAVA_BUILD=OFF \
+# GGML_NATIVE stays on (the library only runs on this machine). Only the
+# `llama` target is built (it pulls the ggml libraries).
+CMAKE_ARGS="-DLLAVA_BUILD=OFF \
 -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_HIP=OFF \
 -DGGML_SYCL=OFF -DGGML_OPENCL=OFF -DGGML_RPC=OFF -DGGML_BLAS=OFF \
 -DGGML_OPENMP=OFF -DGGML_BACKEND_DL=OFF \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
--DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF" \
+-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF" \
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
     nice -n 10 "$vpy" -m pip install --quiet --force-reinstall --no-cache-dir \
     -C build-dir="$build/cmake" -C build.targets=llama "$tree"
 compile_s=$(( $(date +%s) - compile_started ))
+# The sdist has no git metadata; its CHANGELOG names the llama.cpp commit
+# the release vendors.
+vendored="$(sed -n "/^## \[$version\]/,/^## \[/p" "$tree/CHANGELOG.md" | grep -o 'llama.cpp@[0-9a-f]*' | head -n1)"
 
 {
     echo "$want"
@@ -127,6 +137,7 @@ from importlib.metadata import version
 for dist in ("llama_cpp_python", "gguf", "numpy"):
     print(dist, version(dist))
 PY
+    echo "vendored ${vendored:-unknown} (the release's CHANGELOG)"
     echo "compile_s $compile_s"
 } > "$marker.tmp"
 mv "$marker.tmp" "$marker"

@@ -23,8 +23,8 @@ stream positions it decoded, in order, and maps a cell's position p to the
 p-th of them.
 
 What is read back. After every op the adapter reads each sequence's state
-with `llama_state_seq_get_data` and parses it (the format of
-`llama_kv_cache::state_write` in the vendored `src/llama-kv-cache.cpp`:
+with `llama_state_seq_get_data` and parses it (a magic and the sequence
+id, then the format of `llama_kv_cache::state_write` in the vendored `src/llama-kv-cache.cpp`:
 streams, cells with their positions and sequences, then per layer the K
 rows and the V rows, V possibly transposed). For a sliding-window model
 the state leaves out the cells the window masks for the sequence's last
@@ -78,6 +78,7 @@ except ImportError:  # a checkout without the wheel installed: the package's sou
 
 import tinymodel  # noqa: E402
 
+STATE_MAGIC = 0xAF143CD8  # io_magic of src/llama-context.cpp
 GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
 # Relative tolerance of a recognised row: f32 rows differ from the numpy
 # tables by summation order only; half-precision caches round every value,
@@ -217,7 +218,7 @@ class LlamaCpp(kvcheck.Subject):
     dtypes = ("f32", "f16", "bf16")
     ops = ("write", "rewind", "evict", "reset")
 
-    def __init__(self, arch="llama", layers=None, flash_attn=False, swa_full=False):
+    def __init__(self, arch="llama", layers=None, flash_attn=False, swa_full=False, dtypes=None, settle_shift=False):
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -228,10 +229,17 @@ class LlamaCpp(kvcheck.Subject):
         self.layers = layers or (1 if arch == "llama" else 2)
         self.flash_attn = flash_attn
         self.swa_full = swa_full
+        self.settle_shift = settle_shift
+        if dtypes:
+            self.dtypes = tuple(dtypes)
         self.features = ("window",) if arch == "gemma2" else ()
         parts = ["llama-cpp-python", release, arch, "%d layers" % self.layers, "flash-attn " + ("on" if flash_attn else "off")]
         if swa_full:
             parts.append("swa-full")
+        if dtypes:
+            parts.append("dtypes " + ",".join(dtypes))
+        if settle_shift:
+            parts.append("settle-shift")
         self.name = " ".join(parts)
         self.rt = None
         self.ctx = None
@@ -245,8 +253,19 @@ class LlamaCpp(kvcheck.Subject):
         parser.add_argument("--layers", type=int, default=None, help="layers of the tiny model (default 1 for llama, 2 for gemma2)")
         parser.add_argument("--flash-attn", choices=("on", "off"), default="off", help="flash attention (off: V is stored transposed)")
         parser.add_argument("--swa-full", action="store_true", help="gemma2: a full-size sliding-window cache (swa_full)")
+        parser.add_argument("--dtypes", default=None,
+                            help="comma-separated cache dtypes to declare (default f32,f16,bf16)")
+        parser.add_argument("--settle-shift", action="store_true",
+                            help="after a context shift that no decode follows (evict), apply the pending K shift by"
+                            " decoding one throwaway token in a spare sequence and removing it")
         args = parser.parse_args(argv)
-        return cls(args.arch, args.layers, args.flash_attn == "on", args.swa_full)
+        dtypes = None
+        if args.dtypes:
+            dtypes = args.dtypes.split(",")
+            unknown = [d for d in dtypes if d not in GGML_TYPES]
+            if unknown:
+                parser.error("--dtypes: %s not one of %s" % (",".join(unknown), ",".join(GGML_TYPES)))
+        return cls(args.arch, args.layers, args.flash_attn == "on", args.swa_full, dtypes, args.settle_shift)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -268,8 +287,10 @@ class LlamaCpp(kvcheck.Subject):
         batch, capacity = c["batch"], c["capacity"]
         params = ll.llama_context_default_params()
         per_seq = -(-(capacity + 1) // 256) * 256
-        params.n_ctx = per_seq * batch
-        params.n_seq_max = batch
+        # --settle-shift decodes its throwaway token in one more sequence.
+        sequences = batch + (1 if self.settle_shift else 0)
+        params.n_ctx = per_seq * sequences
+        params.n_seq_max = sequences
         params.kv_unified = False
         # One ubatch holds a whole write of every sequence (a rewrite
         # re-decodes up to the capacity).
@@ -375,6 +396,8 @@ class LlamaCpp(kvcheck.Subject):
             raise ContextFull("%d tokens to discard, %d after the %d kept" % (tokens, len(self.order) - keep, keep))
         if tokens:
             self.shift(keep, tokens)
+            if self.settle_shift:
+                self.settle()
         self.check_positions()
 
     def reset(self):
@@ -399,6 +422,24 @@ class LlamaCpp(kvcheck.Subject):
                 raise PositionMismatch("llama_memory_seq_rm(%d, %d, %d) refused" % (b, keep, keep + discard))
             ll.llama_memory_seq_add(self.mem, b, keep + discard, -1, -discard)
         self.order = self.order[:keep] + self.order[keep + discard :]
+
+    def settle(self):
+        """Applies the pending K shift: llama.cpp re-rotates shifted keys at
+        the start of the next llama_decode, and the public API has no other
+        call that does it, so decode one token in the spare sequence and
+        remove it again."""
+        ll, spare = self.rt.ll, self.config["batch"]
+        batch = self.batch
+        batch.token[0] = self.tiny.first_token
+        batch.pos[0] = 0
+        batch.n_seq_id[0] = 1
+        batch.seq_id[0][0] = spare
+        batch.logits[0] = 1
+        batch.n_tokens = 1
+        code = ll.llama_decode(self.ctx, batch)
+        if code != 0:
+            raise DecodeError("llama_decode of the settling token returned %d" % code)
+        ll.llama_memory_seq_rm(self.mem, spare, -1, -1)
 
     def assign(self, b, k_row, v_row):
         """A token for one payload row of sequence b: the next one not resident."""
@@ -450,6 +491,11 @@ class LlamaCpp(kvcheck.Subject):
         buf = (ctypes.c_uint8 * size)()
         got = ll.llama_state_seq_get_data(self.ctx, buf, size, b)
         reader = Reader(bytes(buf[:got]))
+        # llama_context::state_seq_get_data: a magic and the sequence id,
+        # then the memory's state_write (an iSWA memory: two caches).
+        magic, seq = reader.take("Ii")
+        if magic != STATE_MAGIC or seq != b:
+            raise kvcheck.AdapterError("sequence state header %#x %d, expected %#x %d" % (magic, seq, STATE_MAGIC, b))
         caches = []
         while reader.at < len(reader.data):
             caches.append(parse_cache(reader, self.width))
