@@ -87,20 +87,26 @@ if [ ! -f "$sdist" ]; then
         "llama-cpp-python==$version" -d "$build"
 fi
 
-# A fresh tree from the sdist each time the wanted source changes, so a
-# patch applies to pristine files; the CMake tree (cmake/) stays and only
-# what the patch touched recompiles.
+# The wanted sources are assembled in a fresh directory (the sdist, the
+# patch or the checkout, the build-configuration edit below), then synced
+# into the tree that was compiled last: only files whose content differs
+# are copied (with a new mtime), so ninja recompiles exactly those. (A
+# fresh extraction would give a reverted file the sdist's old mtime, and
+# ninja would keep the object compiled from the patched one.)
 tree="$build/llama_cpp_python-$version"
-rm -rf "$tree"
-tar -xzf "$sdist" -C "$build"
+wanted="$build/wanted"
+rm -rf "$wanted"
+mkdir -p "$wanted"
+tar -xzf "$sdist" -C "$wanted"
+next="$wanted/llama_cpp_python-$version"
 if [ -n "$patch_file" ]; then
     echo "setup: applying $patch_file to the vendored llama.cpp"
-    patch -d "$tree/vendor/llama.cpp" -p1 --forward --batch < "$patch_file"
+    patch -d "$next/vendor/llama.cpp" -p1 --forward --batch < "$patch_file"
 elif [ -n "$src" ]; then
     echo "setup: building llama.cpp from $src"
-    rm -rf "$tree/vendor/llama.cpp"
-    mkdir "$tree/vendor/llama.cpp"
-    (cd "$src" && tar --exclude=.git -cf - .) | tar -xf - -C "$tree/vendor/llama.cpp"
+    rm -rf "$next/vendor/llama.cpp"
+    mkdir "$next/vendor/llama.cpp"
+    (cd "$src" && tar --exclude=.git -cf - .) | tar -xf - -C "$next/vendor/llama.cpp"
 fi
 
 # The bindings' CMakeLists forces llama.cpp's `common` library on (only the
@@ -108,9 +114,35 @@ fi
 # would have to be compiled (52 more files). Let -DLLAMA_BUILD_COMMON=OFF
 # through instead. This edits the build configuration only, no source.
 force='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
-if grep -qF "$force" "$tree/CMakeLists.txt"; then
-    sed -i "s/$force/set(LLAMA_BUILD_COMMON ON CACHE BOOL \"Build llama.cpp common library\")/" "$tree/CMakeLists.txt"
+if grep -qF "$force" "$next/CMakeLists.txt"; then
+    sed -i "s/$force/set(LLAMA_BUILD_COMMON ON CACHE BOOL \"Build llama.cpp common library\")/" "$next/CMakeLists.txt"
 fi
+
+if [ ! -d "$tree" ]; then
+    mv "$next" "$tree"
+else
+    "$vpy" - "$next" "$tree" <<'PY'
+import filecmp, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+changed = 0
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    os.makedirs(os.path.join(dst, rel), exist_ok=True)
+    for name in files:
+        a, b = os.path.join(root, name), os.path.join(dst, rel, name)
+        if not os.path.isfile(b) or not filecmp.cmp(a, b, shallow=False):
+            shutil.copyfile(a, b)  # a new mtime: ninja recompiles what uses it
+            changed += 1
+for root, dirs, files in os.walk(dst, topdown=False):
+    rel = os.path.relpath(root, dst)
+    for name in files:
+        if not os.path.exists(os.path.join(src, rel, name)):
+            os.remove(os.path.join(root, name))
+            changed += 1
+print("setup: %d source files changed since the last build" % changed)
+PY
+fi
+rm -rf "$wanted"
 
 echo "setup: compiling llama-cpp-python $version for the CPU ($jobs jobs)"
 compile_started=$(date +%s)
