@@ -57,7 +57,8 @@ are answered as the exception `Inexpressible`, changing nothing. A write
 that cannot fit, or an evict of more than the evictable tokens, is what an
 application refuses before calling llama.cpp (`ContextFull`).
 
-    adapters/llama-cpp/.venv/bin/python adapters/llama-cpp/subject.py [--arch llama|gemma2] [--layers N] [--flash-attn on|off] [--swa-full]
+    adapters/llama-cpp/.venv/bin/python adapters/llama-cpp/subject.py [--arch llama|gemma2] [--layers N]
+        [--flash-attn on|off] [--swa-full] [--dtypes f32,f16,bf16] [--settle-shift]
 """
 
 import argparse
@@ -277,6 +278,8 @@ class LlamaCpp(kvcheck.Subject):
         c = config
         if c.get("growth") or c.get("global_sink", 0) or c.get("variant", "dense") != "dense":
             raise kvcheck.Refused("invalid_config", "growth, global sinks and the packed variant have no llama.cpp counterpart")
+        if c["dtype"] not in self.dtypes:
+            raise kvcheck.Refused("invalid_config", "dtype %s is not among --dtypes %s" % (c["dtype"], ",".join(self.dtypes)))
         window = c.get("window")
         if window is None:
             window = c["capacity"]

@@ -156,11 +156,15 @@ class Protocol(unittest.TestCase):
     replayed through the subject process against their `expect`."""
 
     def test_clean_protocol_agrees(self):
+        # bf16 caches abort at the first context shift
+        # (docs/findings/llama-cpp-kshift-bf16-aborts.md): f32 and f16 here.
         caps = {"variants": ["dense"], "features": []}
-        subject = kvtrace_replay.Subject(SUBJECT)
+        subject = kvtrace_replay.Subject(SUBJECT + " --dtypes f32,f16")
         try:
             failures = []
-            for i, trace in clean_protocol.generate(12, 5, 12, caps):
+            for i, trace in clean_protocol.generate(16, 5, 12, caps):
+                if trace["config"]["dtype"] == "bf16":
+                    continue
                 for problem in kvtrace_replay.replay(subject, trace, exact_kinds=False):
                     failures.append("trace %d: %s" % (i, problem))
             self.assertEqual(failures, [])
@@ -189,6 +193,9 @@ def run_trace(name, extra=""):
                 request["v"] = kvtrace_replay.base64.b64encode(payloads.tensor(1, index, w["start"], w["len"], heads)).decode()
             response = subject.request(request)
     except RuntimeError:
+        # The process died (its stderr, llama.cpp's abort message, went to the test's).
+        subject.process.stdin.close()
+        subject.process.stdout.close()
         return None
     subject.close()
     return response
