@@ -253,7 +253,7 @@ class LlamaCpp(kvcheck.Subject):
                             help="llama (full attention; default) or gemma2 (layer 0 slides over the config's window)")
         parser.add_argument("--layers", type=int, default=None, help="layers of the tiny model (default 1 for llama, 2 for gemma2)")
         parser.add_argument("--flash-attn", choices=("on", "off"), default="off", help="flash attention (off: V is stored transposed)")
-        parser.add_argument("--swa-full", action="store_true", help="gemma2: a full-size sliding-window cache (swa_full)")
+        parser.add_argument("--swa-full", action="store_true", help="gemma2: size the sliding-window cache like the full one (swa_full; a cell the window masks is still reused)")
         parser.add_argument("--dtypes", default=None,
                             help="comma-separated cache dtypes to declare (default f32,f16,bf16)")
         parser.add_argument("--settle-shift", action="store_true",
