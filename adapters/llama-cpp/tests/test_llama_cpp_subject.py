@@ -225,5 +225,27 @@ class Findings(unittest.TestCase):
         self.assertEqual(response["ok"]["visible"], [1])
 
 
+@unittest.skipUnless(READY, SKIP)
+class SlidingWindowByDesign(unittest.TestCase):
+    """The minimized traces of docs/llama-cpp.md's L5, L6 and L10 (gemma2,
+    a sliding-window layer 0): llama.cpp's behaviour that the contract
+    does not share."""
+
+    GEMMA2 = " --arch gemma2 --dtypes f32,f16 --settle-shift"
+
+    def test_a_chunk_longer_than_the_window_is_decoded(self):
+        response = run_trace("swa-chunk-longer-than-window", self.GEMMA2)
+        self.assertEqual(response["ok"]["visible"], [1])  # the contract: window_too_small
+
+    def test_the_window_masks_the_sink(self):
+        response = run_trace("swa-window-masks-sink", self.GEMMA2)
+        self.assertEqual(response["ok"]["visible"], [1, 2, 3])
+
+    def test_a_rewind_behind_the_window_empties_the_swa_cache(self):
+        response = run_trace("swa-rewind-behind-window", self.GEMMA2)
+        self.assertEqual(response["exception"]["type"], "PositionMismatch")
+        self.assertIn("llama_memory_seq_pos_max is -1", response["exception"]["message"])
+
+
 if __name__ == "__main__":
     unittest.main()
