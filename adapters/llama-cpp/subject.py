@@ -43,6 +43,14 @@ which token each cell holds and at which position; a cell whose rows match
 no written token, or whose K is rotated for another position, is answered
 as an exception (`UnknownRows`, `KRotation`).
 
+With `--check-logits` (the one-layer llama model) every decode is also
+checked against a cache-free oracle: a second context decodes each
+sequence's resident tokens afresh at positions 0..n-1, and the next-token
+logits must agree within the tolerance (`LogitsMismatch`). With one layer
+the cache is a function of tokens and positions, so this is exactly the
+relation "the cache after seq_rm + seq_add equals a fresh decode of the
+kept tokens at the shifted positions", through attention and V too.
+
 After every op llama.cpp's own bookkeeping is compared too:
 `llama_memory_seq_pos_max` must be the number of resident tokens minus
 one (`PositionMismatch` otherwise), and every batch row must show the
@@ -58,7 +66,7 @@ that cannot fit, or an evict of more than the evictable tokens, is what an
 application refuses before calling llama.cpp (`ContextFull`).
 
     adapters/llama-cpp/.venv/bin/python adapters/llama-cpp/subject.py [--arch llama|gemma2] [--layers N]
-        [--flash-attn on|off] [--swa-full] [--dtypes f32,f16,bf16] [--settle-shift]
+        [--flash-attn on|off] [--swa-full] [--dtypes f32,f16,bf16] [--settle-shift] [--check-logits]
 """
 
 import argparse
@@ -111,6 +119,10 @@ class KRotation(Exception):
 
 class PositionMismatch(Exception):
     """llama.cpp's own positions of a sequence disagree with the tokens decoded."""
+
+
+class LogitsMismatch(Exception):
+    """--check-logits: the next-token logits differ from a fresh decode of the resident tokens."""
 
 
 class BatchRowsDisagree(Exception):
@@ -219,7 +231,8 @@ class LlamaCpp(kvcheck.Subject):
     dtypes = ("f32", "f16", "bf16")
     ops = ("write", "rewind", "evict", "reset")
 
-    def __init__(self, arch="llama", layers=None, flash_attn=False, swa_full=False, dtypes=None, settle_shift=False):
+    def __init__(self, arch="llama", layers=None, flash_attn=False, swa_full=False, dtypes=None, settle_shift=False,
+                 check_logits=False):
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -231,6 +244,9 @@ class LlamaCpp(kvcheck.Subject):
         self.flash_attn = flash_attn
         self.swa_full = swa_full
         self.settle_shift = settle_shift
+        self.check_logits = check_logits
+        if check_logits and (arch != "llama" or self.layers != 1):
+            raise ValueError("--check-logits needs the one-layer llama model (its cache is a function of tokens and positions)")
         if dtypes:
             self.dtypes = tuple(dtypes)
         self.features = ("window",) if arch == "gemma2" else ()
@@ -241,9 +257,12 @@ class LlamaCpp(kvcheck.Subject):
             parts.append("dtypes " + ",".join(dtypes))
         if settle_shift:
             parts.append("settle-shift")
+        if check_logits:
+            parts.append("check-logits")
         self.name = " ".join(parts)
         self.rt = None
         self.ctx = None
+        self.fresh = None
         self.config = None
 
     @classmethod
@@ -259,6 +278,9 @@ class LlamaCpp(kvcheck.Subject):
         parser.add_argument("--settle-shift", action="store_true",
                             help="after a context shift that no decode follows (evict), apply the pending K shift by"
                             " decoding one throwaway token in a spare sequence and removing it")
+        parser.add_argument("--check-logits", action="store_true",
+                            help="after every decode, compare each sequence's next-token logits with a fresh context"
+                            " decoding its resident tokens at positions 0.. (one-layer llama model only)")
         args = parser.parse_args(argv)
         dtypes = None
         if args.dtypes:
@@ -266,7 +288,10 @@ class LlamaCpp(kvcheck.Subject):
             unknown = [d for d in dtypes if d not in GGML_TYPES]
             if unknown:
                 parser.error("--dtypes: %s not one of %s" % (",".join(unknown), ",".join(GGML_TYPES)))
-        return cls(args.arch, args.layers, args.flash_attn == "on", args.swa_full, dtypes, args.settle_shift)
+        if args.check_logits and (args.arch != "llama" or (args.layers or 1) != 1):
+            parser.error("--check-logits needs --arch llama with one layer")
+        return cls(args.arch, args.layers, args.flash_attn == "on", args.swa_full, dtypes, args.settle_shift,
+                   args.check_logits)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -308,6 +333,20 @@ class LlamaCpp(kvcheck.Subject):
             raise kvcheck.Refused("invalid_config", "llama_init_from_model refused the context")
         self.ctx = ctx
         self.mem = ll.llama_get_memory(ctx)
+        self.fresh = None
+        if self.check_logits:
+            # The cache-free oracle: one sequence, decoded afresh each time.
+            fresh_params = ll.llama_context_default_params()
+            fresh_params.n_ctx = per_seq
+            fresh_params.n_batch = fresh_params.n_ubatch = max(32, capacity)
+            fresh_params.n_threads = fresh_params.n_threads_batch = 1
+            fresh_params.type_k = fresh_params.type_v = GGML_TYPES[c["dtype"]]
+            fresh_params.flash_attn_type = params.flash_attn_type
+            fresh_params.no_perf = True
+            self.fresh = ll.llama_init_from_model(model, fresh_params)
+            if not self.fresh:
+                raise kvcheck.Refused("invalid_config", "llama_init_from_model refused the oracle context")
+            self.fresh_batch = ll.llama_batch_init(fresh_params.n_batch, 0, 1)
         self.config = c
         self.tolerance = TOLERANCE[c["dtype"]]
         self.width = self.tiny.n_head_kv * self.tiny.head_dim
@@ -316,6 +355,10 @@ class LlamaCpp(kvcheck.Subject):
         self.clear_bookkeeping()
 
     def close_context(self):
+        if self.fresh is not None:
+            self.rt.ll.llama_batch_free(self.fresh_batch)
+            self.rt.ll.llama_free(self.fresh)
+            self.fresh = None
         if self.ctx is not None:
             self.rt.ll.llama_batch_free(self.batch)
             self.rt.ll.llama_free(self.ctx)
@@ -378,6 +421,8 @@ class LlamaCpp(kvcheck.Subject):
                 self.tokens[b][p] = t
         self.order += new + suffix
         self.end = max(self.end, start + length)
+        if self.fresh is not None:
+            self.compare_logits(tokens)
         return self.read()
 
     def rewind(self, to):
@@ -477,6 +522,36 @@ class LlamaCpp(kvcheck.Subject):
         code = self.rt.ll.llama_decode(self.ctx, batch)
         if code != 0:
             raise DecodeError("llama_decode returned %d" % code)
+
+    def compare_logits(self, decoded):
+        """The next-token logits of every sequence against a fresh context
+        that decodes the sequence's resident tokens at positions 0..n-1: with
+        one layer a cell's K/V depend on its token and position only, so a
+        cache that holds the right cells at the right (shifted) positions
+        gives the same logits, within rounding (and the K shift's)."""
+        ll, np = self.rt.ll, self.rt.np
+        vocab = self.tiny.vocab
+        index = -1
+        for b, row in enumerate(decoded):
+            index += len(row)
+            got = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, index), shape=(vocab,)).copy()
+            ll.llama_memory_clear(ll.llama_get_memory(self.fresh), True)
+            batch = self.fresh_batch
+            resident = [self.tokens[b][p] for p in self.order]
+            for i, t in enumerate(resident):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, i == len(resident) - 1
+            batch.n_tokens = len(resident)
+            code = ll.llama_decode(self.fresh, batch)
+            if code != 0:
+                raise DecodeError("llama_decode of the oracle context returned %d" % code)
+            want = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.fresh, -1), shape=(vocab,))
+            error = np.abs(got - want).max() / (np.abs(want).max() + 1e-6)
+            if error > self.tolerance:
+                raise LogitsMismatch(
+                    "sequence %d: next-token logits differ from a fresh decode of its %d resident tokens by %.3g"
+                    % (b, len(resident), error)
+                )
 
     def check_positions(self):
         ll = self.rt.ll

@@ -150,6 +150,38 @@ class Direct(unittest.TestCase):
 
 
 @unittest.skipUnless(READY, SKIP)
+class Logits(unittest.TestCase):
+    """--check-logits: the cache-free oracle (a fresh decode of the resident
+    tokens at positions 0..n-1) against the context that shifted."""
+
+    def setUp(self):
+        import subject
+
+        self.subject_module = subject
+        self.rng = np.random.default_rng(1)
+
+    def test_shifted_cache_gives_the_fresh_decode_logits(self):
+        for dtype in ("f32", "f16"):
+            s = self.subject_module.LlamaCpp(check_logits=True, settle_shift=True)
+            cfg = config(dtype=dtype, batch=2, capacity=4, sink=1)
+            s.open(cfg)
+            for p in range(7):
+                s.write(p, 1, None, None, payload(self.rng, cfg, 1), payload(self.rng, cfg, 1))
+            s.evict(1)
+            visible, _, _ = s.write(7, 2, None, None, payload(self.rng, cfg, 2), payload(self.rng, cfg, 2))
+            self.assertEqual(visible, [0, 6, 7, 8], dtype)
+
+    def test_a_cell_moved_behind_the_adapters_back_is_caught(self):
+        s = self.subject_module.LlamaCpp(check_logits=True)
+        cfg = config(capacity=8, sink=0)
+        s.open(cfg)
+        s.write(0, 3, None, None, payload(self.rng, cfg, 3), payload(self.rng, cfg, 3))
+        s.rt.ll.llama_memory_seq_add(s.mem, 0, 0, 1, -5)  # position 0 now reads as -5
+        with self.assertRaises(self.subject_module.LogitsMismatch):
+            s.write(3, 1, None, None, payload(self.rng, cfg, 1), payload(self.rng, cfg, 1))
+
+
+@unittest.skipUnless(READY, SKIP)
 class Protocol(unittest.TestCase):
     """Random traces of docs/contract.md §8's clean protocol (appends, rewrites
     of the current chunk, resets; context shifts where the cache is full),
