@@ -13,6 +13,7 @@ them); writes a tiny random one-layer llama model, nothing is downloaded.
 
 import ctypes
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -111,11 +112,10 @@ def shift_and_decode(path, type_k):
 def main():
     if len(sys.argv) == 3:
         return shift_and_decode(sys.argv[1], int(sys.argv[2]))
-    import subprocess
-
     path = os.path.join(tempfile.mkdtemp(), "tiny.gguf")
     write_model(path)
-    status = {}  # 30: GGML_TYPE_BF16 (ggml.h), which the bindings do not name
+    status = {}
+    # 30 is GGML_TYPE_BF16 (ggml.h), which the bindings do not name.
     for name, type_k in (("f32", ll.GGML_TYPE_F32), ("f16", ll.GGML_TYPE_F16), ("bf16", 30)):
         child = subprocess.run([sys.executable, __file__, path, str(type_k)], capture_output=True, text=True)
         status[name] = child.returncode
