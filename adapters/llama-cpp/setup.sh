@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Builds the environment the llama.cpp adapter runs in, from the package
+# registry alone: a venv (adapters/llama-cpp/.venv, or $VENV) with numpy,
+# gguf (the writer of the tiny test models) and llama-cpp-python compiled
+# from its sdist for the CPU only (no CUDA, Metal, Vulkan, BLAS, OpenMP;
+# no mtmd/llava library; only the `llama` target and the ggml libraries it
+# links, not the `common` helper library, which the bindings never load).
+# No torch.
+#
+# The compile is the slow part: on two shared cores with two jobs it took
+# about 15 minutes (see docs/llama-cpp.md); every run prints how long it
+# took. The CMake build tree is kept under $VENV/llama-cpp-build so an
+# interrupted build resumes.
+#
+# A patched library instead of the release:
+#   LLAMA_CPP_PATCH=fix.diff  the sdist's vendored llama.cpp with the diff
+#                             applied before compiling (paths as in the
+#                             llama.cpp repository, a/src/llama-kv-cache.cpp)
+#   LLAMA_CPP_SRC=checkout    a llama.cpp checkout compiled in place of the
+#                             vendored copy (the bindings stay 0.3.36's)
+# The marker records which, and a later run with other settings rebuilds.
+#
+# Idempotent: when the marker matches, nothing is done. Writes the marker
+# $VENV/KVCHECK_LLAMA_CPP_READY (what is installed) that the opt-in tests
+# look for.
+#
+# Environment:
+#   LLAMA_CPP_PYTHON_VERSION  llama-cpp-python release (default 0.3.36)
+#   GGUF_VERSION              gguf release (default 0.19.0)
+#   LLAMA_CPP_PATCH           a diff for the vendored llama.cpp (optional)
+#   LLAMA_CPP_SRC             a llama.cpp checkout to build instead (optional)
+#   BUILD_JOBS                parallel compile jobs (default 2)
+#   VENV                      the venv to build or reuse (default adapters/llama-cpp/.venv)
+#   PYTHON                    interpreter for the venv (default python3)
+set -euo pipefail
+
+started=$(date +%s)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+gguf_version="${GGUF_VERSION:-0.19.0}"
+venv="${VENV:-$here/.venv}"
+patch_file="${LLAMA_CPP_PATCH:-}"
+src="${LLAMA_CPP_SRC:-}"
+jobs="${BUILD_JOBS:-2}"
+marker="$venv/KVCHECK_LLAMA_CPP_READY"
+
+if [ -n "$patch_file" ] && [ -n "$src" ]; then
+    echo "setup: LLAMA_CPP_PATCH and LLAMA_CPP_SRC exclude each other" >&2
+    exit 2
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: creating venv $venv"
+    "${PYTHON:-python3}" -m venv "$venv"
+fi
+vpy="$venv/bin/python"
+venv="$(cd "$venv" && pwd)"
+marker="$venv/KVCHECK_LLAMA_CPP_READY"
+
+# What this run wants installed, as the marker records it.
+if [ -n "$src" ]; then
+    src="$(cd "$src" && pwd)"
+    want="source: llama-cpp-python $version with llama.cpp checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
+elif [ -n "$patch_file" ]; then
+    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+    want="source: llama-cpp-python $version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+else
+    want="source: llama-cpp-python $version"
+fi
+
+if [ "$(head -n1 "$marker" 2>/dev/null)" = "$want" ]; then
+    echo "setup: llama.cpp environment already ready in $venv:"
+    sed 's/^/  /' "$marker"
+    exit 0
+fi
+rm -f "$marker"
+
+echo "setup: installing numpy and gguf $gguf_version"
+"$vpy" -m pip install --quiet numpy "gguf==$gguf_version"
+
+build="$venv/llama-cpp-build"
+mkdir -p "$build"
+sdist="$build/llama_cpp_python-$version.tar.gz"
+if [ ! -f "$sdist" ]; then
+    echo "setup: downloading the llama-cpp-python $version sdist"
+    "$vpy" -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+        "llama-cpp-python==$version" -d "$build"
+fi
+
+# The wanted sources are assembled in a fresh directory (the sdist, the
+# patch or the checkout, the build-configuration edit below), then synced
+# into the tree that was compiled last: only files whose content differs
+# are copied (with a new mtime), so ninja recompiles exactly those. (A
+# fresh extraction would give a reverted file the sdist's old mtime, and
+# ninja would keep the object compiled from the patched one.)
+tree="$build/llama_cpp_python-$version"
+wanted="$build/wanted"
+rm -rf "$wanted"
+mkdir -p "$wanted"
+tar -xzf "$sdist" -C "$wanted"
+next="$wanted/llama_cpp_python-$version"
+if [ -n "$patch_file" ]; then
+    echo "setup: applying $patch_file to the vendored llama.cpp"
+    patch -d "$next/vendor/llama.cpp" -p1 --forward --batch < "$patch_file"
+elif [ -n "$src" ]; then
+    echo "setup: building llama.cpp from $src"
+    rm -rf "$next/vendor/llama.cpp"
+    mkdir "$next/vendor/llama.cpp"
+    (cd "$src" && tar --exclude=.git -cf - .) | tar -xf - -C "$next/vendor/llama.cpp"
+fi
+
+# The bindings' CMakeLists forces llama.cpp's `common` library on (only the
+# mtmd library, left out here, links it); llama.cpp then installs it, so it
+# would have to be compiled (52 more files). Let -DLLAMA_BUILD_COMMON=OFF
+# through instead. This edits the build configuration only, no source.
+force='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
+if grep -qF "$force" "$next/CMakeLists.txt"; then
+    sed -i "s/$force/set(LLAMA_BUILD_COMMON ON CACHE BOOL \"Build llama.cpp common library\")/" "$next/CMakeLists.txt"
+fi
+
+if [ ! -d "$tree" ]; then
+    mv "$next" "$tree"
+else
+    "$vpy" - "$next" "$tree" <<'PY'
+import filecmp, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+changed = 0
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    os.makedirs(os.path.join(dst, rel), exist_ok=True)
+    for name in files:
+        a, b = os.path.join(root, name), os.path.join(dst, rel, name)
+        if not os.path.isfile(b) or not filecmp.cmp(a, b, shallow=False):
+            shutil.copyfile(a, b)  # a new mtime: ninja recompiles what uses it
+            changed += 1
+for root, dirs, files in os.walk(dst, topdown=False):
+    rel = os.path.relpath(root, dst)
+    for name in files:
+        if not os.path.exists(os.path.join(src, rel, name)):
+            os.remove(os.path.join(root, name))
+            changed += 1
+print("setup: %d source files changed since the last build" % changed)
+PY
+fi
+rm -rf "$wanted"
+
+echo "setup: compiling llama-cpp-python $version for the CPU ($jobs jobs)"
+compile_started=$(date +%s)
+# GGML_NATIVE stays on (the library only runs on this machine). Only the
+# `llama` target is built (it pulls the ggml libraries).
+CMAKE_ARGS="-DLLAVA_BUILD=OFF \
+-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_HIP=OFF \
+-DGGML_SYCL=OFF -DGGML_OPENCL=OFF -DGGML_RPC=OFF -DGGML_BLAS=OFF \
+-DGGML_OPENMP=OFF -DGGML_BACKEND_DL=OFF \
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF" \
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+    nice -n 10 "$vpy" -m pip install --quiet --force-reinstall --no-cache-dir \
+    -C build-dir="$build/cmake" -C build.targets=llama "$tree"
+compile_s=$(( $(date +%s) - compile_started ))
+# The sdist has no git metadata; its CHANGELOG names the llama.cpp commit
+# the release vendors.
+vendored="$(sed -n "/^## \[$version\]/,/^## \[/p" "$tree/CHANGELOG.md" | grep -o 'llama.cpp@[0-9a-f]*' | head -n1)"
+
+{
+    echo "$want"
+    "$vpy" - <<'PY'
+from importlib.metadata import version
+for dist in ("llama_cpp_python", "gguf", "numpy"):
+    print(dist, version(dist))
+PY
+    echo "vendored ${vendored:-unknown} (the release's CHANGELOG)"
+    echo "compile_s $compile_s"
+} > "$marker.tmp"
+mv "$marker.tmp" "$marker"
+echo "setup: llama.cpp environment ready in $venv ($(( $(date +%s) - started )) s, compile $compile_s s):"
+sed 's/^/  /' "$marker"
