@@ -31,7 +31,9 @@ every key by the bytes of its K and V rows among the rows the writes
 produced. A forward hook on each block's `self_attn.norm_k` returns the
 write's K rows and one on `self_attn.v` its V rows; RoPE is the identity
 rotation (`model.freqs` all `1 + 0j`, and `LLV2_TRITON_ROPE=0` so the
-complex path runs), so the rows reach attention unchanged. Each head
+complex path runs), so the rows reach attention unchanged;
+`LLV2_FREQS_I_CACHE=0`, since the RoPE cache is keyed without the head
+width and one process serves several. Each head
 carries `2 * head_dim` channels (the model needs an even head width), the
 write's first and zeros after, which the view leaves out. Two pieces that
 do not touch the self-attention cache are replaced: the cross-attention
@@ -66,6 +68,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"
 # eager adaLN (the Triton kernels need CUDA).
 os.environ.setdefault("LLV2_TRITON_ROPE", "0")
 os.environ.setdefault("LLV2_TRITON_ADALN", "0")
+# One process serves models of several head widths, and the per-process
+# RoPE cache `_FREQS_I_CACHE` is keyed without the width (a pipeline runs one
+# model): it is switched off.
+os.environ["LLV2_FREQS_I_CACHE"] = "0"
 
 import kvcheck  # noqa: E402
 import kvcheck.serve  # noqa: E402
