@@ -17,8 +17,9 @@ frames); now and then a reset (the next video).
 
 `--aligned` draws only configurations where every pin comes to rest right
 after the global sink, as in the release configs (`local_attn_size` 32,
-`sink_size` 8, chunks of 8): `C - S` a multiple of n, n >= S, no
-independent first frame. Without it, C is S + n + 0..8, anything.
+`sink_size` 8, chunks of 8): `C - S` a multiple of n, at least 2n (a chunk
+fits beside the global sink and a merged pin), n >= S, no independent first
+frame. Without it, C is S + n + 0..8, anything.
 
 Traces carry no `expect`: `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
@@ -35,7 +36,7 @@ def trace(rng, aligned, recache):
     sink = rng.randint(1, 3)
     if aligned:
         n = rng.randint(sink, 4)
-        capacity = sink + n * rng.randint(1, 4)
+        capacity = sink + n * rng.randint(2, 4)  # room for the global sink, a merged pin and a chunk
         first = False
     else:
         n = rng.randint(1, 4)
@@ -52,16 +53,18 @@ def trace(rng, aligned, recache):
         for index, size in enumerate(chunks):
             for _ in range(steps):
                 ops.append({"write": {"start": g, "len": size}})
+            # what the contract holds once the chunk is in (no pin is set
+            # before a re-cache: only a video's first scene cut re-caches)
+            resident = resident + list(range(g, g + size))
+            if len(resident) > capacity:
+                resident = resident[:sink] + resident[sink:][-(capacity - sink):]
             cut = index > 0 and rng.random() < 0.25
             if cut and recache and not pinned:
                 # _zero_kv_data keeps the global sink [0, S) and the chunk: the
                 # evict names the frames between them.
-                between = len([p for p in resident if sink <= p < g])
-                ops.append({"evict": {"tokens": between}})
-                resident = [p for p in resident if p < sink]
+                ops.append({"evict": {"tokens": len([p for p in resident if sink <= p < g])}})
+                resident = [p for p in resident if p < sink or p >= g]
             ops.append({"write": {"start": g, "len": size}})  # the clean re-run
-            resident = (resident + list(range(g, g + size)))
-            resident = resident[:sink] + resident[sink:][-(capacity - sink):] if len(resident) > capacity else resident
             if cut:
                 ops.append({"pin": {"tokens": size}})
                 pinned = True
