@@ -1,0 +1,203 @@
+"""Takes LongLive's streaming KV-cache code out of a LongLive checkout.
+
+LongLive 2.0 (github.com/NVlabs/LongLive, `main`) keeps its self-attention
+KV cache as a list of per-block dicts (`k`, `v`, `global_end_index`,
+`local_end_index`, `pinned_start`, `pinned_len`) and spreads the
+bookkeeping over three files:
+
+- `wan_5b/modules/causal_model.py`: `CausalWanSelfAttention.forward`
+  computes the roll (sink, floating or merged pin, evicted and rolled
+  tokens), builds the window attention reads, and returns a
+  `cache_update_info` that `CausalWanModel._apply_cache_updates` applies
+  after every block has run (and shifts a floating pin);
+- `utils/wan_5b_wrapper.py`: `WanDiffusionWrapper._call_model` publishes
+  the cache scalars (`global_end_index`, `local_end_index`, `pinned_start`,
+  `pinned_len`) into `_CURRENT_GRID_META` before each forward;
+- `pipeline/causal_diffusion_inference.py`:
+  `CausalDiffusionInferencePipeline` allocates the cache
+  (`_initialize_kv_cache`), sets the window and sinks on every module
+  (`_set_all_modules_*`), resets it for a new video (inline in
+  `inference`), pins the first chunk of a shot (`_pin_current_chunk`) and
+  clears everything but the global sink for a clean re-cache on a scene cut
+  (`_zero_kv_data`).
+
+The model file is imported as it is (its package `__init__` files, which
+pull the T5 tokenizer and the VAEs, are skipped by registering the packages
+without running them). The pipeline and wrapper files import the text
+encoder, the VAE and the schedulers at module level, so this module does not
+import them: it parses them and compiles, unmodified, the methods above and
+the reset loop of `inference`, which the adapter runs on a stand-in `self`.
+A checkout that lacks one is refused with what it could not find.
+"""
+
+import ast
+import importlib
+import os
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PIPELINE = os.path.join("pipeline", "causal_diffusion_inference.py")
+WRAPPER = os.path.join("utils", "wan_5b_wrapper.py")
+MODEL = os.path.join("wan_5b", "modules", "causal_model.py")
+
+PIPELINE_METHODS = (
+    "_initialize_kv_cache",
+    "_set_all_modules_max_attention_size",
+    "_set_all_modules_sink_size",
+    "_set_all_modules_global_sink_size",
+    "_pin_current_chunk",
+    "_zero_kv_data",
+)
+
+
+def marker_path(venv=None):
+    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
+    return os.path.join(venv, "KVCHECK_LONGLIVE_READY")
+
+
+def is_ready(venv=None):
+    """Whether setup.sh has completed for the venv (its marker file exists)."""
+    return os.path.isfile(marker_path(venv))
+
+
+def marker(venv=None):
+    """The marker's `key: value` lines as a dict (src, commit, patch, ...)."""
+    fields = {}
+    with open(marker_path(venv)) as f:
+        for line in f:
+            key, _, value = line.rstrip("\n").partition(": ")
+            if value:
+                fields[key] = value
+    return fields
+
+
+def source_dir():
+    """The LongLive tree to load: $LONGLIVE_SRC, else the one setup.sh prepared."""
+    src = os.environ.get("LONGLIVE_SRC")
+    if not src and is_ready():
+        src = marker().get("src")
+    if not src or not os.path.isfile(os.path.join(src, MODEL)):
+        raise RuntimeError("no LongLive checkout: run adapters/longlive/setup.sh with LONGLIVE_SRC=checkout")
+    return os.path.abspath(src)
+
+
+def _package(name, path):
+    """Registers package `name` at `path` without running its __init__."""
+    if name in sys.modules:
+        return
+    module = types.ModuleType(name)
+    module.__path__ = [path]
+    sys.modules[name] = module
+
+
+def _unused_import():
+    """causal_model.py imports `x_clip_loss` from transformers and never uses
+    it; transformers 5 no longer has it (LongLive pins `transformers<5`). A
+    stand-in keeps the import working without installing transformers."""
+    name = "transformers.models.x_clip.modeling_x_clip"
+    try:
+        module = importlib.import_module(name)
+        if hasattr(module, "x_clip_loss"):
+            return
+    except ImportError:
+        module = types.ModuleType(name)
+        sys.modules[name] = module
+
+    def x_clip_loss(*_args, **_kwargs):
+        raise NotImplementedError("stand-in: LongLive's causal model never calls x_clip_loss")
+
+    module.x_clip_loss = x_clip_loss
+
+
+class Programs:
+    """LongLive's cache code: the model module, and the pipeline's functions."""
+
+    def __init__(self, src, model, functions, reset, pipeline_globals):
+        self.src = src
+        self.pipeline_globals = pipeline_globals  # the pipeline file's globals (wan_default_config goes here)
+        self.model = model  # wan_5b.modules.causal_model
+        self.functions = functions  # name -> function compiled from the pipeline / wrapper
+        self.reset = reset  # the reset loop of `inference`, a code object
+
+    def bind(self, obj):
+        """`obj` with every compiled function bound as a method."""
+        for name, function in self.functions.items():
+            setattr(obj, name, types.MethodType(function, obj))
+        return obj
+
+
+def _class(tree, name):
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    return None
+
+
+def _method(cls, name):
+    for item in cls.body:
+        if isinstance(item, ast.FunctionDef) and item.name == name:
+            return item
+    return None
+
+
+def _read(src, relative):
+    path = os.path.join(src, relative)
+    if not os.path.isfile(path):
+        raise RuntimeError("the LongLive checkout %s has no %s" % (src, relative))
+    with open(path) as f:
+        text = f.read()
+    return path, ast.parse(text, filename=path)
+
+
+def _reset_loop(path, inference):
+    """`for block_index in range(len(self.kv_cache_pos)):` in the `else:` of
+    `if self.kv_cache_pos is None:` (a new video on an allocated cache)."""
+    for node in inference.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "self.kv_cache_pos is None":
+            for inner in node.orelse:
+                if isinstance(inner, ast.For) and ast.unparse(inner.iter) == "range(len(self.kv_cache_pos))":
+                    return inner
+    raise RuntimeError("%s: inference() has no kv_cache_pos reset loop" % path)
+
+
+def load(src=None):
+    src = src or source_dir()
+    if src not in sys.path:
+        sys.path.insert(0, src)
+    _package("wan_5b", os.path.join(src, "wan_5b"))
+    _package("wan_5b.modules", os.path.join(src, "wan_5b", "modules"))
+    _package("utils", os.path.join(src, "utils"))
+    _unused_import()
+    model = importlib.import_module("wan_5b.modules.causal_model")
+
+    path, tree = _read(src, PIPELINE)
+    pipeline = _class(tree, "CausalDiffusionInferencePipeline")
+    if pipeline is None:
+        raise RuntimeError("%s has no CausalDiffusionInferencePipeline" % path)
+    nodes = []
+    for name in PIPELINE_METHODS:
+        node = _method(pipeline, name)
+        if node is None:
+            raise RuntimeError("%s: CausalDiffusionInferencePipeline has no %s" % (path, name))
+        nodes.append(node)
+    inference = _method(pipeline, "inference")
+    if inference is None:
+        raise RuntimeError("%s: CausalDiffusionInferencePipeline has no inference" % path)
+    reset = compile(ast.Module(body=[_reset_loop(path, inference)], type_ignores=[]), path, "exec")
+
+    wpath, wtree = _read(src, WRAPPER)
+    wrapper = _class(wtree, "WanDiffusionWrapper")
+    call_model = _method(wrapper, "_call_model") if wrapper is not None else None
+    if call_model is None:
+        raise RuntimeError("%s has no WanDiffusionWrapper._call_model" % wpath)
+
+    import torch
+
+    functions, namespaces = {}, []
+    for file, methods in ((path, nodes), (wpath, [call_model])):
+        namespace = {"torch": torch, "os": os}
+        exec(compile(ast.Module(body=list(methods), type_ignores=[]), file, "exec"), namespace)
+        functions.update({node.name: namespace[node.name] for node in methods})
+        namespaces.append(namespace)
+    return Programs(src, model, functions, reset, namespaces[0])

@@ -1,0 +1,180 @@
+"""The LongLive adapter against LongLive's real cache code (opt-in: needs setup.sh).
+
+Run with the venv's interpreter:
+
+    LONGLIVE_SRC=/path/to/LongLive adapters/longlive/setup.sh
+    adapters/longlive/.venv/bin/python -m unittest discover -s adapters/longlive/tests -v
+
+Without the environment every test is skipped with that instruction. The
+cases on a finding (docs/findings/longlive-*.md) replay its minimized
+trace: on the checkout the finding names it fails as recorded, and the case
+skips, naming the finding, when the code behaves otherwise (a patched or
+newer checkout).
+"""
+
+import json
+import os
+import random
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ADAPTER = os.path.dirname(HERE)
+ADAPTERS = os.path.dirname(ADAPTER)
+FINDINGS = os.path.join(os.path.dirname(ADAPTERS), "docs", "findings")
+sys.path.insert(0, ADAPTERS)
+sys.path.insert(0, ADAPTER)
+
+import kvtrace_replay  # noqa: E402
+import loader  # noqa: E402
+import pipeline_protocol  # noqa: E402
+
+SKIP = (
+    "LongLive environment absent: run LONGLIVE_SRC=checkout adapters/longlive/setup.sh, "
+    "then this with adapters/longlive/.venv/bin/python"
+)
+
+try:
+    import torch  # noqa: F401
+
+    READY = loader.is_ready()
+except ImportError:
+    READY = False
+
+SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTER, "subject.py"))
+
+
+def expect(config, ops):
+    """The contract's outcome of every op, pins and evicts included (the
+    reference model of adapters/reference_subject.py; these traces are
+    never refused)."""
+    from reference_subject import Cache, parse_config
+
+    cache = Cache(parse_config(config))
+    out = []
+    for index, op in enumerate(ops):
+        if op == "reset":
+            out.append({"ok": cache.reset()})
+        elif "pin" in op:
+            out.append({"ok": cache.pin_op(op["pin"]["tokens"])})
+        elif "evict" in op:
+            out.append({"ok": cache.evict(op["evict"]["tokens"])})
+        else:
+            size = config["batch"] * op["write"]["len"] * config["heads"] * cache.row_bytes
+            visible, _, _ = cache.write(index, op["write"], bytes(size), bytes(size))
+            writers = [[cache.resident[p][h] for p in visible] for h in range(config["heads"])]
+            out.append({"ok": {"global_end": cache.global_end, "visible": visible, "writers": writers}})
+    return out
+
+
+def with_expect(config, ops):
+    config = kvtrace_replay.full_config(config)
+    return {"format": "kvtrace/1", "config": config, "ops": ops, "expect": expect(config, ops)}
+
+
+def finding(name):
+    with open(os.path.join(FINDINGS, name + ".kvtrace.json")) as f:
+        return json.load(f)
+
+
+@unittest.skipUnless(READY, SKIP)
+class LongLive(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.subject = kvtrace_replay.Subject(SUBJECT)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.subject.close() == 0
+
+    def replay(self, trace):
+        return kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+
+    def test_hello_declares_what_the_pipeline_can_express(self):
+        caps = self.subject.hello["capabilities"]
+        self.assertEqual(caps["ops"], ["write", "evict", "pin", "reset"])
+        self.assertEqual(caps["features"], ["global_sink"])
+        self.assertEqual(caps["variants"], ["dense"])
+        self.assertIn(loader.marker()["commit"][:12], self.subject.hello["name"])
+
+    def test_the_aligned_pipeline_protocol_agrees_with_the_contract(self):
+        # Pins that come to rest after the global sink (the release configs'
+        # shape), chunks starting at or after the global sink: no finding applies.
+        rng = random.Random(3)
+        for _ in range(6):
+            config, ops, note = pipeline_protocol.trace(rng, aligned=True, recache=False)
+            self.assertEqual(self.replay(with_expect(config, ops)), [], note)
+
+    def test_rewriting_an_older_chunk_is_inexpressible(self):
+        config = kvtrace_replay.full_config({"variant": "dense", "capacity": 8, "sink": 1})
+        trace = {"format": "kvtrace/1", "config": config,
+                 "ops": [{"write": {"start": 0, "len": 2}}, {"write": {"start": 2, "len": 2}},
+                         {"write": {"start": 0, "len": 2}}]}
+        trace["expect"] = expect(config, trace["ops"])
+        problems = self.replay(trace)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("Inexpressible", problems[0])
+
+    def check_finding(self, name, op, fragment):
+        problems = self.replay(finding(name))
+        if not problems:
+            self.skipTest("the loaded LongLive agrees on docs/findings/%s.kvtrace.json (docs/findings/%s.md)" % (name, name))
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith("op %d " % op), problems)
+        self.assertIn(fragment, problems[0])
+
+    def test_finding_floating_pin_evicted(self):
+        # C = 7, S = GS = 2: the pin of frames 3, 4 floats at buffer 3; the
+        # roll of 2 evicts buffer [2, 4), frame 3 with it.
+        self.check_finding("longlive-floating-pin-evicted", 4, "visible [0, 1, 4, 5, 6, 7, 8], expected [0, 1, 3, 4, 6, 7, 8]")
+
+    def test_finding_recache_duplicates_sink(self):
+        # S = GS = 3, the chunk 1..2 starts inside the global sink: the
+        # re-cache rolls it in after slots 1, 2, which hold it already.
+        self.check_finding("longlive-recache-duplicates-sink", 3, "visible [0, 1, 1, 2], expected [0, 1, 2]")
+
+
+class Loader(unittest.TestCase):
+    @unittest.skipUnless(READY, SKIP)
+    def test_every_method_is_found_in_the_checkout(self):
+        programs = loader.load()
+        self.assertEqual(sorted(programs.functions), sorted(loader.PIPELINE_METHODS + ("_call_model",)))
+        self.assertTrue(hasattr(programs.model, "CausalWanModel"))
+
+    @unittest.skipUnless(READY, SKIP)
+    def test_a_checkout_without_a_method_is_refused_by_name(self):
+        loader.load()  # the model module imported from the real checkout; the pipeline file is read again
+        src = loader.source_dir()
+        with tempfile.TemporaryDirectory() as tmp:
+            for relative in (loader.PIPELINE, loader.WRAPPER):
+                os.makedirs(os.path.dirname(os.path.join(tmp, relative)), exist_ok=True)
+                with open(os.path.join(src, relative)) as f:
+                    text = f.read()
+                if relative == loader.PIPELINE:
+                    text = text.replace("def _zero_kv_data(", "def _zero_kv_data_renamed(")
+                with open(os.path.join(tmp, relative), "w") as f:
+                    f.write(text)
+            with self.assertRaisesRegex(RuntimeError, "no _zero_kv_data"):
+                loader.load(tmp)
+
+    def test_pipeline_protocol_traces_are_well_formed(self):
+        # No torch needed: the generator's traces keep to what the adapter expresses.
+        rng = random.Random(1)
+        for _ in range(50):
+            config, ops, _ = pipeline_protocol.trace(rng, aligned=bool(rng.getrandbits(1)), recache=True)
+            self.assertEqual(config["global_sink"], config["sink"])
+            g = 0
+            for op in ops:
+                if op == "reset":
+                    g = 0
+                elif "write" in op:
+                    w = op["write"]
+                    self.assertLessEqual(w["start"], g)
+                    g = max(g, w["start"] + w["len"])
+                elif "pin" in op:
+                    self.assertGreater(op["pin"]["tokens"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
