@@ -68,7 +68,7 @@ the write's `head_dim` (SANA-WM `2 * head_dim`, RoPE pairs channels;
 AnyFlow-FAR at least 16, below which the processor pads), the write's
 first and zeros after, which the view leaves out. Every block's call must
 read the same keys as the last block's, otherwise the write raises
-`LayerMismatch`; a key whose rows no write produced raises
+`kvcheck.torch.LayerMismatch`; a key whose rows no write produced raises
 `kvcheck.torch.UnknownRows`.
 
 Left out of `hello`: `rewind` and `pin` (no such calls; AnyFlow-FAR also
@@ -106,10 +106,6 @@ THROWAWAY = -1  # the position the SANA-WM probe's throwaway frame is registered
 
 class Inexpressible(Exception):
     """A request no run of the pipeline can make of its cache."""
-
-
-class LayerMismatch(RuntimeError):
-    """Two blocks of one forward read different keys from their layer caches."""
 
 
 def _load(cache):
@@ -237,19 +233,7 @@ class TappedPipelineCache(kvcheck.Subject):
         calls = list(self.attn1_calls)
         if not calls:
             raise kvcheck.AdapterError("the write ran no self-attention the tap could see")
-        seen = [tap.observe(i) for i in calls]
-        last = seen[-1]
-        if last.ambiguous:
-            raise kvcheck.AdapterError("rows are not byte-distinct: %s" % last.ambiguous)
-        if last.unknown:
-            from kvcheck.torch import UnknownRows
-
-            raise UnknownRows(last)
-        positions, k, v = last.view()
-        for layer, other in enumerate(seen[:-1]):
-            p, ok, ov = other.view()
-            if p != positions or other.unknown or not (ok.equal(k) and ov.equal(v)):
-                raise LayerMismatch("block %d read %s, block %d read %s" % (layer, p, len(seen) - 1, positions))
+        positions, k, v = tap.agreed_view(calls)
         torch = self.rt.torch
         keep = [i for i, p in enumerate(positions) if p not in leave_out]
         index = torch.tensor(keep, dtype=torch.long)

@@ -29,40 +29,21 @@ import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from subject_support import Checkout  # noqa: E402
 ROLLING = os.path.join("lightx2v", "common", "kvcache", "rolling.py")
 INFER = os.path.join("lightx2v", "models", "networks", "wan", "infer", "self_forcing", "transformer_infer.py")
 PACKAGES = ("lightx2v", "lightx2v.common", "lightx2v.common.ops", "lightx2v.common.ops.attn",
             "lightx2v.common.ops.attn.utils", "lightx2v.common.kvcache")
 
 
-def marker_path(venv=None):
-    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
-    return os.path.join(venv, "KVCHECK_LIGHTX2V_READY")
-
-
-def is_ready(venv=None):
-    """Whether setup.sh has completed for the venv (its marker file exists)."""
-    return os.path.isfile(marker_path(venv))
-
-
-def marker(venv=None):
-    fields = {}
-    with open(marker_path(venv)) as f:
-        for line in f:
-            key, _, value = line.rstrip("\n").partition(": ")
-            if value:
-                fields[key] = value
-    return fields
-
-
-def source_dir():
-    """The LightX2V tree to load: $LIGHTX2V_SRC, else the one setup.sh prepared."""
-    src = os.environ.get("LIGHTX2V_SRC")
-    if not src and is_ready():
-        src = marker().get("src")
-    if not src or not os.path.isfile(os.path.join(src, ROLLING)):
-        raise RuntimeError("no LightX2V checkout: run adapters/lightx2v/setup.sh with LIGHTX2V_SRC=checkout")
-    return os.path.abspath(src)
+# The checkout setup.sh prepared, or $LIGHTX2V_SRC (subject_support.Checkout).
+CHECKOUT = Checkout(HERE, "KVCHECK_LIGHTX2V_READY", "LIGHTX2V_SRC", ROLLING, "LightX2V")
+marker_path = CHECKOUT.marker_path
+is_ready = CHECKOUT.is_ready
+marker = CHECKOUT.marker
+source_dir = CHECKOUT.source_dir
 
 
 class Programs:

@@ -37,6 +37,9 @@ import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from subject_support import Checkout  # noqa: E402
 PIPELINE = os.path.join("pipeline", "causal_diffusion_inference.py")
 WRAPPER = os.path.join("utils", "wan_5b_wrapper.py")
 MODEL = os.path.join("wan_5b", "modules", "causal_model.py")
@@ -51,35 +54,12 @@ PIPELINE_METHODS = (
 )
 
 
-def marker_path(venv=None):
-    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
-    return os.path.join(venv, "KVCHECK_LONGLIVE_READY")
-
-
-def is_ready(venv=None):
-    """Whether setup.sh has completed for the venv (its marker file exists)."""
-    return os.path.isfile(marker_path(venv))
-
-
-def marker(venv=None):
-    """The marker's `key: value` lines as a dict (src, commit, patch, ...)."""
-    fields = {}
-    with open(marker_path(venv)) as f:
-        for line in f:
-            key, _, value = line.rstrip("\n").partition(": ")
-            if value:
-                fields[key] = value
-    return fields
-
-
-def source_dir():
-    """The LongLive tree to load: $LONGLIVE_SRC, else the one setup.sh prepared."""
-    src = os.environ.get("LONGLIVE_SRC")
-    if not src and is_ready():
-        src = marker().get("src")
-    if not src or not os.path.isfile(os.path.join(src, MODEL)):
-        raise RuntimeError("no LongLive checkout: run adapters/longlive/setup.sh with LONGLIVE_SRC=checkout")
-    return os.path.abspath(src)
+# The checkout setup.sh prepared, or $LONGLIVE_SRC (subject_support.Checkout).
+CHECKOUT = Checkout(HERE, "KVCHECK_LONGLIVE_READY", "LONGLIVE_SRC", MODEL, "LongLive")
+marker_path = CHECKOUT.marker_path
+is_ready = CHECKOUT.is_ready
+marker = CHECKOUT.marker
+source_dir = CHECKOUT.source_dir
 
 
 def _package(name, path):

@@ -39,7 +39,7 @@ write's first and zeros after, which the view leaves out. Two pieces that
 do not touch the self-attention cache are replaced: the cross-attention
 (which calls flash-attention, CUDA only) returns zeros, and `attention`
 (the SDPA fallback, which casts to bf16 by default) keeps the rows' dtype.
-Every block must read the keys the last block read (`LayerMismatch`); a
+Every block must read the keys the last block read (`kvcheck.torch.LayerMismatch`); a
 key whose rows no write produced raises `kvcheck.torch.UnknownRows`.
 
 Left out of `hello`: `rewind`, head ranges, recent windows, windows below
@@ -86,10 +86,6 @@ MODEL_NAME = "kvcheck-tiny"
 
 class Inexpressible(Exception):
     """A request no run of the pipeline can make of its cache."""
-
-
-class LayerMismatch(RuntimeError):
-    """Two blocks of one forward read different keys from their caches."""
 
 
 def _load():
@@ -223,21 +219,7 @@ class LongLiveCache(kvcheck.Subject):
         tap.clear_calls()
         with tap, self.rt.torch.no_grad():
             action()
-        seen = [tap.observe(i) for i in self.calls]
-        if not seen:
-            raise kvcheck.AdapterError("the write ran no self-attention the tap could see")
-        last = seen[-1]
-        if last.ambiguous:
-            raise kvcheck.AdapterError("rows are not byte-distinct: %s" % last.ambiguous)
-        if last.unknown:
-            from kvcheck.torch import UnknownRows
-
-            raise UnknownRows(last)
-        positions, k, v = last.view()
-        for layer, other in enumerate(seen[:-1]):
-            p, ok, ov = other.view()
-            if p != positions or other.unknown or not (ok.equal(k) and ov.equal(v)):
-                raise LayerMismatch("block %d read %s, block %d read %s" % (layer, p, len(seen) - 1, positions))
+        positions, k, v = tap.agreed_view(self.calls)
         d = self.config["head_dim"]
         return positions, k[..., :d], v[..., :d]
 

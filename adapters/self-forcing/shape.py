@@ -50,10 +50,6 @@ class Inexpressible(Exception):
     """A request no run of the pipeline can make of its cache."""
 
 
-class LayerMismatch(RuntimeError):
-    """Two blocks of one forward read different keys from their caches."""
-
-
 def parse(path):
     with open(path) as f:
         text = f.read()
@@ -269,20 +265,7 @@ class ShapeCache(kvcheck.Subject):
                 self.flavour.forward(layer, cache, start, k, v)
                 calls.append(len(tap.calls) - 1)
             self.flavour.after_forward()
-        seen = [tap.observe(i) for i in calls]
-        last = seen[-1]
-        if last.ambiguous:
-            raise kvcheck.AdapterError("rows are not byte-distinct: %s" % last.ambiguous)
-        if last.unknown:
-            from kvcheck.torch import UnknownRows
-
-            raise UnknownRows(last)
-        positions, kv, vv = last.view()
-        for layer, other in enumerate(seen[:-1]):
-            p, ok, ov = other.view()
-            if p != positions or other.unknown or not (ok.equal(kv) and ov.equal(vv)):
-                raise LayerMismatch("block %d read %s, block %d read %s" % (layer, p, len(seen) - 1, positions))
-        return positions, kv, vv
+        return tap.agreed_view(calls)
 
     # -- kvcheck.Subject ------------------------------------------------------
 

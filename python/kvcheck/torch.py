@@ -93,6 +93,11 @@ class UnknownRows(RuntimeError):
         )
 
 
+class LayerMismatch(RuntimeError):
+    """Two blocks of one forward read different rows
+    (`AttentionTap.agreed_view`)."""
+
+
 class Call:
     """One recorded attention call."""
 
@@ -343,6 +348,30 @@ class AttentionTap:
     def observations(self) -> Iterator[Observation]:
         for index in range(len(self.calls)):
             yield self.observe(index)
+
+    def agreed_view(self, calls: Sequence[int]) -> tuple:
+        """`(positions, k, v)` as `Observation.view()` gives them for the
+        last of `calls` (indices into the recorded calls: one per block of
+        a forward whose blocks each keep a cache), after checking that
+        every other one read exactly the same rows. Raises `AdapterError`
+        when there is no call or the rows are not byte-distinct,
+        `UnknownRows` when the last call reads a row no write produced,
+        and `LayerMismatch` when another block read other rows (one
+        block's bookkeeping went wrong where another's did not)."""
+        if not calls:
+            raise AdapterError("the write ran no attention call the tap could see")
+        seen = [self.observe(i) for i in calls]
+        last = seen[-1]
+        if last.ambiguous:
+            raise AdapterError("rows are not byte-distinct: %s" % last.ambiguous)
+        if last.unknown:
+            raise UnknownRows(last)
+        positions, k, v = last.view()
+        for block, other in enumerate(seen[:-1]):
+            p, ok, ov = other.view()
+            if p != positions or other.unknown or not (ok.equal(k) and ov.equal(v)):
+                raise LayerMismatch("block %d read %s, block %d read %s" % (block, p, len(seen) - 1, positions))
+        return positions, k, v
 
 
 def row_bytes(torch: Any, tensor: Any, axis: int) -> list:
@@ -777,6 +806,7 @@ __all__ = [
     "AttentionTap",
     "Call",
     "Key",
+    "LayerMismatch",
     "Observation",
     "Recompared",
     "RecomputeMismatch",

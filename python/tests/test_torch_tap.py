@@ -225,6 +225,25 @@ class Tap(unittest.TestCase):
         self.assertEqual(tap.observe().visible, [7, 8])
 
     @unittest.skipIf(torch is not None and kvtorch.flex_module() is None, "this torch has no flex_attention")
+    def test_agreed_view_checks_that_every_block_read_the_same_rows(self):
+        k, v = rows(self.g, 3)
+        self.tap.produced(0, k, v)
+        with self.tap:
+            attend(k, v)
+            attend(k, v)
+            attend(k[:, :2], v[:, :2])  # a block that lost position 2
+        positions, k_view, v_view = self.tap.agreed_view([0, 1])
+        self.assertEqual(positions, [0, 1, 2])
+        self.assertTrue(k_view.equal(k) and v_view.equal(v))
+        with self.assertRaisesRegex(kvtorch.LayerMismatch, r"block 0 read \[0, 1, 2\], block 1 read \[0, 1\]"):
+            self.tap.agreed_view([0, 2])
+        with self.assertRaises(kvcheck.AdapterError):
+            self.tap.agreed_view([])
+        with self.tap:
+            attend(k + 1, v)  # rows no write produced
+        with self.assertRaises(kvtorch.UnknownRows):
+            self.tap.agreed_view([0, 3])
+
     def test_flex_attention_calls_and_their_block_mask(self):
         import warnings
 
