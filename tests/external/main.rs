@@ -27,6 +27,25 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Whether the environment whose setup marker is `marker` holds the
+/// release (not a patched library or a checkout, which `setup.sh` builds
+/// for a finding's verified-fix run and records in the marker): the saved
+/// findings are the release's, so a fixed library is skipped, with why.
+fn holds_the_release(name: &str, marker: &Path) -> bool {
+    let text = std::fs::read_to_string(marker).unwrap_or_default();
+    let patched = text.contains(" + patch ") || text.contains("checkout ");
+    if patched {
+        eprintln!(
+            "skipped: the {name} environment holds a patched library or a checkout \
+             (its marker: {}); the saved findings are the release's: \
+             rebuild it with `adapters/{name}/setup.sh` (no *_PATCH or *_SRC), \
+             or build the patched one in another VENV",
+            text.lines().collect::<Vec<_>>().join("; ")
+        );
+    }
+    !patched
+}
+
 /// Runs `python -m unittest discover -s DIR` in the repository root and
 /// fails with its output unless every test passed.
 fn unittest(python: &Path, dir: &str) {
@@ -136,4 +155,33 @@ pub(crate) fn saved_traces_still_diverge(
         }
     }
     eprintln!("{} saved {library} traces still diverge", findings.len());
+}
+
+#[test]
+fn a_patched_or_checkout_environment_is_not_taken_for_the_release() {
+    let dir = std::env::temp_dir().join(format!("kvcheck-marker-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("KVCHECK_READY");
+    for (text, release) in [
+        ("source: release 5.25.0\ntorch 2.15.0\n", true),
+        ("mlx-lm 0.32.2\nmlx 0.32.4\n", true),
+        ("source: release 5.25.0 + patch 0123abcd fix.diff\n", false),
+        (
+            "mlx-lm 0.32.2\nmlx 0.32.4\nsource: release 0.32.2 + patch 0123abcd fix.diff\n",
+            false,
+        ),
+        ("source: checkout /src/transformers 1234abcd\n", false),
+        (
+            "mlx-lm checkout /src/mlx-lm unversioned\nmlx 0.32.4\n",
+            false,
+        ),
+    ] {
+        std::fs::write(&marker, text).unwrap();
+        assert_eq!(
+            holds_the_release("transformers", &marker),
+            release,
+            "{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -23,7 +23,7 @@ fn environment() -> Option<PathBuf> {
     let python = root().join("adapters/mlx-lm/.venv/bin/python");
     let marker = root().join("adapters/mlx-lm/.venv/KVCHECK_READY");
     if python.exists() && marker.exists() {
-        Some(python)
+        crate::holds_the_release("mlx-lm", &marker).then_some(python)
     } else {
         eprintln!(
             "skipped: the mlx-lm environment is absent; \

@@ -4,7 +4,7 @@
 //! where `adapters/transformers/setup.sh` has built its environment (the
 //! marker `adapters/transformers/.venv/KVCHECK_READY`).
 
-use crate::{root, saved_traces_of_command};
+use crate::{holds_the_release, root, saved_traces_of_command};
 
 #[test]
 fn transformers_saved_traces_still_diverge() {
@@ -15,6 +15,9 @@ fn transformers_saved_traces_still_diverge() {
             "skipped: the transformers environment is absent; \
              run `adapters/transformers/setup.sh` to enable this test"
         );
+        return;
+    }
+    if !holds_the_release("transformers", &marker) {
         return;
     }
     let command = format!(
