@@ -33,8 +33,9 @@ makes a denoising read a function of the cache alone: the anchor, the
 every key by the bytes of its K and V rows among the rows the writes
 produced. A forward hook on each block's `self_attn.norm_k` returns the
 write's K rows and one on `self_attn.v` its V rows; RoPE is the identity
-rotation (`model.freqs` all `1 + 0j`), so the rows reach attention
-unchanged, the anchor's re-rotation included. Each head carries
+rotation (`model.freqs` all `1 + 0j`; `causal_rope_apply`, which
+re-rotates the anchor on a grid of 3 frames, the identity function), so the
+rows reach attention unchanged. Each head carries
 `2 * head_dim` channels (the model needs an even head width), the write's
 first and zeros after, which the view leaves out. Two pieces that do not
 touch the self-attention cache are replaced: the cross-attention (which
@@ -44,8 +45,7 @@ block must read the keys the last block read (`kvcheck.torch.LayerMismatch`);
 a key whose rows no write produced raises `kvcheck.torch.UnknownRows`.
 
 Requests the pipeline cannot make are answered with an `Inexpressible`
-exception: a sink below 3 frames (the anchor's RoPE is applied to a grid
-of 3 frames) or a window `C < 2S` (no room for the anchor and a block), an
+exception: a sink of 0 (the anchor is a block), an
 append that is not one block of `S` frames at the global end, a rewrite of
 anything but the current block, a gap, negative numbers. Left out of
 `hello`: `evict`, `pin`, `rewind`, head ranges, windows, growth and the
@@ -144,11 +144,14 @@ class RollingForcingCache(kvcheck.Subject):
         torch, cm = rt.torch, rt.programs.model
         heads, d = config["heads"], config["head_dim"]
         capacity, sink = config["capacity"], config["sink"]
-        if sink < 3:
-            raise Inexpressible("sink %d: the anchor is one block, and its RoPE takes a grid of 3 frames" % sink)
-        if capacity < 2 * sink:
-            raise Inexpressible("capacity %d < 2 x sink %d: the window holds the anchor and a block" % (capacity, sink))
+        if sink < 1:
+            raise Inexpressible("sink 0: the anchor is the first block, of at least one frame")
         if not getattr(cm, "_kvcheck_attention", False):
+            # RoPE is the identity here (model.freqs all 1 + 0j); the cached
+            # path's rotation is replaced by the identity itself, since it
+            # re-rotates the anchor on a grid of 3 frames, which a block
+            # shorter than 3 frames does not fill.
+            cm.causal_rope_apply = lambda x, *_a, **_k: x
             # The SDPA fallback casts to bf16 unless told the dtype: keep the rows'.
             real = cm.attention
             cm.attention = lambda q, k, v, **kw: real(q, k, v, **dict(kw, dtype=q.dtype))
