@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds the environment the Rolling Forcing adapter runs in: a venv
+# (adapters/rollingforcing/.venv, or $VENV) with torch, numpy, einops and
+# diffusers (Rolling Forcing's model classes derive from diffusers' ModelMixin),
+# from the package registry, and a copy of a Rolling Forcing checkout that the
+# adapter imports. Rolling Forcing is not a package: ROLLINGFORCING_SRC names a
+# checkout of github.com/TencentARC/RollingForcing, and
+# its commit is recorded in the marker.
+#
+# PyPI's torch brings CUDA libraries (about 3 GB) that the adapter never
+# uses: everything runs on the CPU. Set TORCH_INDEX to an index serving CPU
+# wheels to get the small one, or VENV to a venv that already has torch.
+#
+# A patched Rolling Forcing:
+#   ROLLINGFORCING_PATCH=fix.diff   the diff is applied to the copy (paths as in
+#                             the Rolling Forcing repository, a/wan/...)
+# The marker records which, and a later run with other settings copies again.
+#
+# Idempotent: a step whose result is already there is skipped. Writes the
+# marker $VENV/KVCHECK_ROLLINGFORCING_READY (what is installed, where the copy is,
+# its commit) that the subject and the opt-in tests read, and prints how
+# long it took.
+#
+# Environment:
+#   ROLLINGFORCING_SRC        a Rolling Forcing checkout (required)
+#   ROLLINGFORCING_COMMIT     its commit, when it is not a git work tree
+#   ROLLINGFORCING_PATCH      a diff to apply to the copy (optional)
+#   DIFFUSERS_VERSION   diffusers release (default 0.31.0, Rolling Forcing's requirements.txt)
+#   TORCH_VERSION       torch release (default 2.15.0)
+#   TORCH_INDEX         an index serving CPU torch wheels (default: PyPI)
+#   VENV                the venv to build or reuse (default adapters/rollingforcing/.venv)
+#   PYTHON              interpreter for the venv (default python3)
+set -euo pipefail
+
+started=$(date +%s)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+torch_version="${TORCH_VERSION:-2.15.0}"
+diffusers_version="${DIFFUSERS_VERSION:-0.31.0}"
+venv="${VENV:-$here/.venv}"
+patch_file="${ROLLINGFORCING_PATCH:-}"
+marker="$venv/KVCHECK_ROLLINGFORCING_READY"
+copy="$venv/rollingforcing-src"
+
+if [ -z "${ROLLINGFORCING_SRC:-}" ] || [ ! -f "$ROLLINGFORCING_SRC/wan/modules/causal_model.py" ]; then
+    echo "setup: ROLLINGFORCING_SRC must name a Rolling Forcing checkout (git clone https://github.com/TencentARC/RollingForcing)" >&2
+    exit 2
+fi
+src="$(cd "$ROLLINGFORCING_SRC" && pwd)"
+commit="${ROLLINGFORCING_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)}"
+
+# shellcheck source=../torch-venv.sh
+. "$here/../torch-venv.sh"
+torch_venv "$venv" "$torch_version"
+
+installed() {
+    # Whether distribution $1 is installed at exactly version $2.
+    "$vpy" - "$1" "$2" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
+PY
+}
+
+if ! installed diffusers "$diffusers_version"; then
+    echo "setup: installing diffusers $diffusers_version and einops"
+    "$vpy" -m pip install --quiet "diffusers==$diffusers_version" einops
+fi
+"$vpy" -c 'import einops' 2>/dev/null || "$vpy" -m pip install --quiet einops
+
+if [ -n "$patch_file" ]; then
+    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+    want="source: checkout $src $commit + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+else
+    want="source: checkout $src $commit"
+fi
+
+if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
+    rm -f "$marker"
+    echo "setup: copying $src to $copy"
+    rm -rf "$copy"
+    mkdir -p "$copy"
+    # The Python sources are all the adapter imports.
+    (cd "$src" && find . -name '*.py' -not -path './.git/*' -print0 | tar -cf - --null -T -) | tar -xf - -C "$copy"
+    if [ -n "$patch_file" ]; then
+        echo "setup: applying $patch_file"
+        patch -d "$copy" -p1 --forward --batch < "$patch_file"
+    fi
+fi
+
+{
+    echo "$want"
+    echo "src: $copy"
+    echo "commit: $commit"
+    [ -n "$patch_file" ] && echo "patch: $patch_file"
+    "$vpy" - <<'PY'
+from importlib.metadata import version, PackageNotFoundError
+for dist in ("torch", "diffusers", "einops"):
+    try:
+        print("%s: %s" % (dist, version(dist)))
+    except PackageNotFoundError:
+        pass
+PY
+} > "$marker.tmp"
+mv "$marker.tmp" "$marker"
+echo "setup: Rolling Forcing environment ready in $venv ($(( $(date +%s) - started )) s):"
+sed 's/^/  /' "$marker"
