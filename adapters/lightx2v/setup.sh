@@ -33,16 +33,10 @@ started=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 torch_version="${TORCH_VERSION:-2.15.0}"
 venv="${VENV:-$here/.venv}"
-patch_file="${LIGHTX2V_PATCH:-}"
-marker="$venv/KVCHECK_LIGHTX2V_READY"
-copy="$venv/lightx2v-src"
 
-if [ -z "${LIGHTX2V_SRC:-}" ] || [ ! -f "$LIGHTX2V_SRC/lightx2v/common/kvcache/rolling.py" ]; then
-    echo "setup: LIGHTX2V_SRC must name a LightX2V checkout (git clone https://github.com/ModelTC/LightX2V)" >&2
-    exit 2
-fi
-src="$(cd "$LIGHTX2V_SRC" && pwd)"
-commit="${LIGHTX2V_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)}"
+# shellcheck source=../checkout-venv.sh
+. "$here/../checkout-venv.sh"
+checkout_source LIGHTX2V lightx2v/common/kvcache/rolling.py https://github.com/ModelTC/LightX2V "LightX2V"
 
 # shellcheck source=../torch-venv.sh
 . "$here/../torch-venv.sh"
@@ -50,40 +44,4 @@ torch_venv "$venv" "$torch_version"
 
 "$vpy" -c 'import packaging' 2>/dev/null || "$vpy" -m pip install --quiet packaging
 
-if [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
-    want="source: checkout $src $commit + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
-else
-    want="source: checkout $src $commit"
-fi
-
-if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
-    rm -f "$marker"
-    echo "setup: copying $src to $copy"
-    rm -rf "$copy"
-    mkdir -p "$copy"
-    # The Python sources are all the adapter imports.
-    (cd "$src" && find ./lightx2v -name '*.py' -not -path './.git/*' -print0 | tar -cf - --null -T -) | tar -xf - -C "$copy"
-    if [ -n "$patch_file" ]; then
-        echo "setup: applying $patch_file"
-        patch -d "$copy" -p1 --forward --batch < "$patch_file"
-    fi
-fi
-
-{
-    echo "$want"
-    echo "src: $copy"
-    echo "commit: $commit"
-    [ -n "$patch_file" ] && echo "patch: $patch_file"
-    "$vpy" - <<'PY'
-from importlib.metadata import version, PackageNotFoundError
-for dist in ("torch", "packaging"):
-    try:
-        print("%s: %s" % (dist, version(dist)))
-    except PackageNotFoundError:
-        pass
-PY
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: LightX2V environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+checkout_copy LIGHTX2V ./lightx2v "LightX2V" torch packaging

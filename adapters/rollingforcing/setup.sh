@@ -37,16 +37,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 torch_version="${TORCH_VERSION:-2.15.0}"
 diffusers_version="${DIFFUSERS_VERSION:-0.31.0}"
 venv="${VENV:-$here/.venv}"
-patch_file="${ROLLINGFORCING_PATCH:-}"
-marker="$venv/KVCHECK_ROLLINGFORCING_READY"
-copy="$venv/rollingforcing-src"
 
-if [ -z "${ROLLINGFORCING_SRC:-}" ] || [ ! -f "$ROLLINGFORCING_SRC/wan/modules/causal_model.py" ]; then
-    echo "setup: ROLLINGFORCING_SRC must name a Rolling Forcing checkout (git clone https://github.com/TencentARC/RollingForcing)" >&2
-    exit 2
-fi
-src="$(cd "$ROLLINGFORCING_SRC" && pwd)"
-commit="${ROLLINGFORCING_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)}"
+# shellcheck source=../checkout-venv.sh
+. "$here/../checkout-venv.sh"
+checkout_source ROLLINGFORCING wan/modules/causal_model.py https://github.com/TencentARC/RollingForcing "Rolling Forcing"
 
 # shellcheck source=../torch-venv.sh
 . "$here/../torch-venv.sh"
@@ -67,40 +61,4 @@ if ! installed diffusers "$diffusers_version"; then
 fi
 "$vpy" -c 'import einops' 2>/dev/null || "$vpy" -m pip install --quiet einops
 
-if [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
-    want="source: checkout $src $commit + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
-else
-    want="source: checkout $src $commit"
-fi
-
-if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
-    rm -f "$marker"
-    echo "setup: copying $src to $copy"
-    rm -rf "$copy"
-    mkdir -p "$copy"
-    # The Python sources are all the adapter imports.
-    (cd "$src" && find . -name '*.py' -not -path './.git/*' -print0 | tar -cf - --null -T -) | tar -xf - -C "$copy"
-    if [ -n "$patch_file" ]; then
-        echo "setup: applying $patch_file"
-        patch -d "$copy" -p1 --forward --batch < "$patch_file"
-    fi
-fi
-
-{
-    echo "$want"
-    echo "src: $copy"
-    echo "commit: $commit"
-    [ -n "$patch_file" ] && echo "patch: $patch_file"
-    "$vpy" - <<'PY'
-from importlib.metadata import version, PackageNotFoundError
-for dist in ("torch", "diffusers", "einops"):
-    try:
-        print("%s: %s" % (dist, version(dist)))
-    except PackageNotFoundError:
-        pass
-PY
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: Rolling Forcing environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+checkout_copy ROLLINGFORCING . "Rolling Forcing" torch diffusers einops
