@@ -6,6 +6,10 @@
 #       checks that $<PREFIX>_SRC names a tree holding REQUIRED (else exits
 #       2 naming URL) and sets `src` (its absolute path) and `commit`
 #       ($<PREFIX>_COMMIT, else the work tree's HEAD, else "unversioned").
+#   checkout_diffusers VERSION
+#       (after torch_venv) installs diffusers VERSION and einops unless
+#       there: the Wan model classes of the Self-Forcing lineage derive
+#       from diffusers' ModelMixin.
 #   checkout_copy PREFIX SUBDIR TITLE DIST...
 #       (after torch_venv, which sets `venv` and `vpy`) copies the Python
 #       files under SUBDIR of the checkout to $venv/<prefix>-src and applies
@@ -26,6 +30,19 @@ checkout_source() {
     fi
     src="$(cd "${!var}" && pwd)"
     commit="${!commit_var:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)}"
+}
+
+checkout_diffusers() {
+    local version="$1"
+    if ! "$vpy" - "$version" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+sys.exit(0 if version("diffusers") == sys.argv[1] else 1)
+PY
+        echo "setup: installing diffusers $version and einops"
+        "$vpy" -m pip install --quiet "diffusers==$version" einops
+    fi
+    "$vpy" -c 'import einops' 2>/dev/null || "$vpy" -m pip install --quiet einops
 }
 
 checkout_copy() {

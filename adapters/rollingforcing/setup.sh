@@ -45,20 +45,6 @@ checkout_source ROLLINGFORCING wan/modules/causal_model.py https://github.com/Te
 # shellcheck source=../torch-venv.sh
 . "$here/../torch-venv.sh"
 torch_venv "$venv" "$torch_version"
-
-installed() {
-    # Whether distribution $1 is installed at exactly version $2.
-    "$vpy" - "$1" "$2" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
-PY
-}
-
-if ! installed diffusers "$diffusers_version"; then
-    echo "setup: installing diffusers $diffusers_version and einops"
-    "$vpy" -m pip install --quiet "diffusers==$diffusers_version" einops
-fi
-"$vpy" -c 'import einops' 2>/dev/null || "$vpy" -m pip install --quiet einops
+checkout_diffusers "$diffusers_version"
 
 checkout_copy ROLLINGFORCING . "Rolling Forcing" torch diffusers einops
