@@ -50,7 +50,7 @@ AnyFlow-FAR keeps every frame of the video (old chunks as compressed
 tokens, here one token per frame as for the full ones): a cache that never
 evicts is the contract's `growth` configuration, which it declares (its
 buffers are then allocated for 80 chunks of up to 16 frames); without
-`growth`, an append past `C` frames is `Inexpressible`, so within what it
+`growth`, an append past `C` frames is outside (`kvcheck.Outside`), so within what it
 accepts the contract never evicts either.
 
 **Visible means what attention reads.** The attention tap
@@ -74,7 +74,7 @@ read the same keys as the last block's, otherwise the write raises
 Left out of `hello`: `rewind` and `pin` (no such calls; AnyFlow-FAR also
 `evict`), head ranges, recent windows, windows below the capacity, the
 global sink and the packed variant; SANA-WM also growth. Writes the pipeline cannot make are
-answered with an `Inexpressible` exception: a rewrite of anything but the
+answered as outside the adapter's domain (`kvcheck.Outside`): a rewrite of anything but the
 chunk being denoised, a gap, negative numbers; SANA-WM: a first chunk
 shorter than the sink, a chunk that would need `kv_max_frames < sink_size`
 (`n > C - S`); AnyFlow-FAR: a stream longer than `C` frames.
@@ -103,9 +103,6 @@ TEXT_TOKENS = 2
 GROWTH_CHUNKS, GROWTH_FRAMES = 80, 16  # AnyFlow-FAR's buffers for a growth config
 THROWAWAY = -1  # the position the SANA-WM probe's throwaway frame is registered at
 
-
-class Inexpressible(Exception):
-    """A request no run of the pipeline can make of its cache."""
 
 
 def _load(cache):
@@ -207,17 +204,17 @@ class TappedPipelineCache(kvcheck.Subject):
         """The checks every write shares; returns the chunk being denoised
         when the write rewrites it, else None."""
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no frame has a negative index or count" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no frame has a negative index or count" % (start, length))
         if length == 0 and start > self.global_end:
-            raise Inexpressible("zero-length write at %d past the global end %d" % (start, self.global_end))
+            raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, self.global_end))
         chunk = self.current
         if length == 0 or start == self.global_end:
             return None
         if chunk is not None and start == chunk["start"] and length == chunk["len"]:
             return chunk
         if start > self.global_end:
-            raise Inexpressible("write %d+%d leaves a gap after the global end %d" % (start, length, self.global_end))
-        raise Inexpressible(
+            raise kvcheck.Outside("write %d+%d leaves a gap after the global end %d" % (start, length, self.global_end))
+        raise kvcheck.Outside(
             "write %d+%d: only the chunk being denoised (%s) can be rewritten"
             % (start, length, "none" if chunk is None else "%d+%d" % (chunk["start"], chunk["len"]))
         )
@@ -350,12 +347,12 @@ class SanaWMRefinerCache(TappedPipelineCache):
         if chunk is not None:
             return self.observe(lambda: self.rewrite(k, v))
         if length > (capacity if g == 0 else capacity - sink):
-            raise Inexpressible(
+            raise kvcheck.Outside(
                 "a %d-frame chunk after %d frames would need kv_max_frames below sink_size %d (C = %d)"
                 % (length, g, sink, capacity)
             )
         if g == 0 and length < sink:
-            raise Inexpressible("the sink is captured from its %d frames at once; the first chunk has %d" % (sink, length))
+            raise kvcheck.Outside("the sink is captured from its %d frames at once; the first chunk has %d" % (sink, length))
         return self.observe(lambda: self.append(start, length, k, v))
 
     def append(self, start, length, k, v):
@@ -403,7 +400,7 @@ class SanaWMRefinerCache(TappedPipelineCache):
 
     def evict(self, tokens):
         if tokens is None or tokens < 0:
-            raise Inexpressible("evict %s: no negative trim" % tokens)
+            raise kvcheck.Outside("evict %s: no negative trim" % tokens)
         chunk = self.current
         held = self.ns["history_frames"] * self.ns["tokens_per_frame"]
         if chunk is not None and chunk["block"] is not None:
@@ -525,12 +522,12 @@ class AnyFlowFARCache(TappedPipelineCache):
             return self.observe(self.denoise)
         if self.config.get("growth"):
             if length > GROWTH_FRAMES or len(self.chunks) >= GROWTH_CHUNKS:
-                raise Inexpressible(
+                raise kvcheck.Outside(
                     "the buffers hold %d chunks of up to %d frames (chunk %d of %d frames)"
                     % (GROWTH_CHUNKS, GROWTH_FRAMES, len(self.chunks), length)
                 )
         elif start + length > self.config["capacity"]:
-            raise Inexpressible(
+            raise kvcheck.Outside(
                 "AnyFlow-FAR keeps every frame: %d frames do not fit the video of C = %d frames"
                 % (start + length, self.config["capacity"])
             )

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """LightX2V's `RollingKVCachePool` as a kvcheck-subject/1 process.
 
-    python adapters/lightx2v/subject.py [--layers 1]
+    python adapters/lightx2v/subject.py [--layers 1] [--chunk N]
 
 The pool class of a LightX2V checkout (adapters/lightx2v/setup.sh,
 LIGHTX2V_SRC), driven by the statements of
@@ -29,9 +29,14 @@ position (a row matching none raises `UnknownRows`).
 Left out of `hello`: `rewind`, `evict`, `pin`, head ranges, recent windows,
 windows below the capacity (`ar_config.max_attention_size`), growth, the
 global sink and the packed variant. Requests the loop cannot make are
-answered with an `Inexpressible` exception: chunks of different lengths
+answered as outside the loop's domain (`kvcheck.Outside`): chunks of different lengths
 (the start is `seg_index * num_new`), a rewrite of anything but the
-current chunk, gaps, negative numbers.
+current chunk, gaps, negative numbers. Since the chunk length is set by
+the video's first chunk, no one declaration holds; `--chunk N` fixes
+`num_frame_per_chunk` and declares the loop's domain: chunks of `N`,
+`rewrites` of the latest chunk, `probes` after an append, no gaps, nothing
+malformed. Without it no domain is declared and each outside answer cuts
+its case.
 """
 
 import argparse
@@ -49,9 +54,6 @@ import kvcheck.serve  # noqa: E402
 import loader  # noqa: E402
 from subject_support import Background  # noqa: E402
 
-
-class Inexpressible(Exception):
-    """A request no run of the loop can make of its cache."""
 
 
 class UnknownRows(RuntimeError):
@@ -84,9 +86,16 @@ class LightX2VRollingCache(kvcheck.Subject):
     layout = "bnhd"
     ops = ("reset",)
 
-    def __init__(self, layers=1):
+    def __init__(self, layers=1, chunk=None):
         self.layers = layers
+        self.chunk = chunk
         self.name = "LightX2V %s RollingKVCachePool" % _commit()
+        if chunk is not None:
+            # One chunk length for every video: the loop's domain is then
+            # declared, so kvcheck draws only inside it.
+            self.name += " (chunks of %d)" % chunk
+            self.domain = {"rewrites": "latest", "chunks": {"lengths": [chunk]}, "probes": "after_append",
+                           "gaps": False, "malformed": False}
         self.runtime = Background(_load)
 
     def open(self, config):
@@ -102,7 +111,7 @@ class LightX2VRollingCache(kvcheck.Subject):
         for pool in self.pools:
             pool._init_kv_buffer()  # as KVCacheManager._create_kv_caches does after building it
         self.global_end = 0
-        self.chunk_len = None  # num_frame_per_chunk: the first chunk's length
+        self.chunk_len = self.chunk  # num_frame_per_chunk: --chunk, else the first chunk's length
         self.current = None
         self.rows = [{} for _ in self.pools]  # per batch row: (k bytes, v bytes) -> position
 
@@ -167,11 +176,11 @@ class LightX2VRollingCache(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no token has a negative index or count" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no token has a negative index or count" % (start, length))
         g, chunk = self.global_end, self.current
         if length == 0:
             if start > g:
-                raise Inexpressible("zero-length write at %d past the global end %d" % (start, g))
+                raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, g))
             if chunk is None:
                 c = self.config
                 none = self.rt.torch.zeros((c["batch"], 0, c["heads"], c["head_dim"]), dtype=self.dtype)
@@ -179,12 +188,12 @@ class LightX2VRollingCache(kvcheck.Subject):
             start, length, k, v = chunk["start"], chunk["len"], chunk["k"], chunk["v"]
         elif start == g:
             if self.chunk_len is not None and length != self.chunk_len:
-                raise Inexpressible("chunk of %d tokens: every segment has num_frame_per_chunk = %d (start = seg_index * num_new)"
+                raise kvcheck.Outside("chunk of %d tokens: every segment has num_frame_per_chunk = %d (start = seg_index * num_new)"
                                     % (length, self.chunk_len))
         elif chunk is None or start != chunk["start"] or length != chunk["len"]:
             if start > g:
-                raise Inexpressible("write %d+%d leaves a gap after the global end %d" % (start, length, g))
-            raise Inexpressible("write %d+%d: only the current segment (%s) is run again"
+                raise kvcheck.Outside("write %d+%d leaves a gap after the global end %d" % (start, length, g))
+            raise kvcheck.Outside("write %d+%d: only the current segment (%s) is run again"
                                 % (start, length, "none" if chunk is None else "%d+%d" % (chunk["start"], chunk["len"])))
         first = self.chunk_len is None
         if first:
@@ -205,7 +214,7 @@ class LightX2VRollingCache(kvcheck.Subject):
         for pool in self.pools:
             pool.reset()
         self.global_end = 0
-        self.chunk_len = None
+        self.chunk_len = self.chunk
         self.current = None
         self.rows = [{} for _ in self.pools]
 
@@ -213,10 +222,15 @@ class LightX2VRollingCache(kvcheck.Subject):
 def _from_args(cls, argv):
     parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=1, help="pool layers, each run through the statements (default 1)")
+    parser.add_argument("--chunk", type=int,
+                        help="num_frame_per_chunk: every chunk has this length, and the loop's domain is declared"
+                             " (default: the first chunk's length, no declaration)")
     args = parser.parse_args(argv)
     if args.layers < 1:
         raise SystemExit("--layers must be at least 1")
-    return cls(args.layers)
+    if args.chunk is not None and args.chunk < 1:
+        raise SystemExit("--chunk must be at least 1")
+    return cls(args.layers, args.chunk)
 
 
 LightX2VRollingCache.from_args = classmethod(_from_args)

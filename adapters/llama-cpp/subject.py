@@ -61,7 +61,8 @@ every head), recent windows (a model's window is fixed), growth, the
 global sink and the packed variant. A write past the global end has no
 call (the batch API takes consecutive positions only), nor has a rewrite
 of a token the context shift dropped, nor a rewind outside `[0, G]`: they
-are answered as the exception `Inexpressible`, changing nothing. A write
+are answered as outside the adapter's domain (`kvcheck.Outside`: kvcheck
+cuts the case there), changing nothing. A write
 that cannot fit, or an evict of more than the evictable tokens, is what an
 application refuses before calling llama.cpp (`ContextFull`).
 
@@ -94,9 +95,6 @@ GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
 # and each context shift re-rounds the rotated K.
 TOLERANCE = {"f32": 1e-3, "f16": 2e-2, "bf16": 6e-2}
 
-
-class Inexpressible(Exception):
-    """A request no llama.cpp call expresses: answered as an exception, nothing changed."""
 
 
 class ContextFull(Exception):
@@ -380,17 +378,17 @@ class LlamaCpp(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         if heads is not None or recent_window is not None:
-            raise Inexpressible("a token writes every head, and a model's window is fixed")
+            raise kvcheck.Outside("a token writes every head, and a model's window is fixed")
         if start < 0 or length < 0:
-            raise Inexpressible("start %d, len %d is no token range" % (start, length))
+            raise kvcheck.Outside("start %d, len %d is no token range" % (start, length))
         if start > self.end:
-            raise Inexpressible("a write at %d past the end %d: llama_decode takes consecutive positions only" % (start, self.end))
+            raise kvcheck.Outside("a write at %d past the end %d: llama_decode takes consecutive positions only" % (start, self.end))
         if length == 0:
             return self.read()
         resident = set(self.order)
         lost = [p for p in range(start, min(start + length, self.end)) if p not in resident]
         if lost:
-            raise Inexpressible("positions %s were discarded by a context shift: no cell to rewrite" % lost)
+            raise kvcheck.Outside("positions %s were discarded by a context shift: no cell to rewrite" % lost)
         c = self.config
         need = len(self.order) + max(0, start + length - self.end) - c["capacity"]
         if need > 0:
@@ -427,7 +425,7 @@ class LlamaCpp(kvcheck.Subject):
 
     def rewind(self, to):
         if to < 0 or to > self.end:
-            raise Inexpressible("rewind to %d outside [0, %d]: no cell position names it" % (to, self.end))
+            raise kvcheck.Outside("rewind to %d outside [0, %d]: no cell position names it" % (to, self.end))
         first = bisect.bisect_left(self.order, to)
         for b in range(self.config["batch"]):
             if not self.rt.ll.llama_memory_seq_rm(self.mem, b, first, -1):
@@ -438,7 +436,7 @@ class LlamaCpp(kvcheck.Subject):
 
     def evict(self, tokens):
         if tokens < 0:
-            raise Inexpressible("evict %d: no count of tokens" % tokens)
+            raise kvcheck.Outside("evict %d: no count of tokens" % tokens)
         keep = self.kept()
         if tokens > len(self.order) - keep:
             raise ContextFull("%d tokens to discard, %d after the %d kept" % (tokens, len(self.order) - keep, keep))

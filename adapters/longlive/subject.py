@@ -44,14 +44,18 @@ key whose rows no write produced raises `kvcheck.torch.UnknownRows`.
 
 Left out of `hello`: `rewind`, head ranges, recent windows, windows below
 the capacity, growth and the packed variant. Requests the pipeline cannot
-make are answered with an `Inexpressible` exception: a rewrite of anything
+make are answered as outside its domain (`kvcheck.Outside`): a rewrite of anything
 but the current chunk, a gap, negative numbers; a pin other than of the
 current chunk, a pin without `global_sink == sink > 0` (the pipeline pins
 only with `multi_shot_sink`, which sets `global_sink_size = sink_size`), a
 pin of 0 (LongLive never clears a pin but by a reset or a re-cache); an
 evict other than the re-cache's, or with a pin set (the re-cache drops
 it), or without `global_sink == sink`; a pin or re-cache of the first
-chunk (chunk 0 is never a shot boundary).
+chunk (chunk 0 is never a shot boundary). The adapter declares that
+domain (`rewrites` latest, `probes` after an append, no gaps, nothing
+malformed, `evict` and `pin` of a scene cut), so kvcheck draws only inside
+it; it matches the answers above on the configs kvcheck draws, whose
+global sink is 0 or the sink.
 """
 
 import argparse
@@ -84,9 +88,6 @@ TEXT_TOKENS = 2
 MODEL_NAME = "kvcheck-tiny"
 
 
-class Inexpressible(Exception):
-    """A request no run of the pipeline can make of its cache."""
-
 
 def _load():
     import torch
@@ -113,6 +114,11 @@ class LongLiveCache(kvcheck.Subject):
     layout = "bnhd"
     features = ("global_sink",)
     ops = ("evict", "pin", "reset")
+    # The loop's requests: chunks appended at the global end, denoising
+    # rewrites and the clean re-run of the latest chunk, the next step's
+    # read, a scene cut's pin of the latest chunk and its clean re-cache.
+    domain = {"rewrites": "latest", "probes": "after_append", "gaps": False, "malformed": False,
+              "evict": "scene_cut", "pin": "scene_cut"}
 
     def __init__(self, layers=2, relative_rope=False):
         self.layers = layers
@@ -231,11 +237,11 @@ class LongLiveCache(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no frame has a negative index or count" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no frame has a negative index or count" % (start, length))
         g, chunk = self.global_end, self.current
         if length == 0:
             if start > g:
-                raise Inexpressible("zero-length write at %d past the global end %d" % (start, g))
+                raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, g))
             if chunk is None:
                 c = self.config
                 none = self.rt.torch.zeros((c["batch"], 0, c["heads"], c["head_dim"]), dtype=self.dtype)
@@ -255,8 +261,8 @@ class LongLiveCache(kvcheck.Subject):
             chunk["k"], chunk["v"] = kp, vp
             return seen
         if start > g:
-            raise Inexpressible("write %d+%d leaves a gap after the global end %d" % (start, length, g))
-        raise Inexpressible(
+            raise kvcheck.Outside("write %d+%d leaves a gap after the global end %d" % (start, length, g))
+        raise kvcheck.Outside(
             "write %d+%d: only the chunk being generated (%s) is run again"
             % (start, length, "none" if chunk is None else "%d+%d" % (chunk["start"], chunk["len"]))
         )
@@ -268,11 +274,11 @@ class LongLiveCache(kvcheck.Subject):
     def pin(self, tokens):
         chunk = self.current
         if not self.multi_shot():
-            raise Inexpressible("the pipeline pins only with multi_shot_sink (global_sink == sink > 0)")
+            raise kvcheck.Outside("the pipeline pins only with multi_shot_sink (global_sink == sink > 0)")
         if chunk is not None and chunk["start"] == 0:
-            raise Inexpressible("the first chunk is never a shot boundary (_is_shot_boundary)")
+            raise kvcheck.Outside("the first chunk is never a shot boundary (_is_shot_boundary)")
         if chunk is None or tokens != chunk["len"]:
-            raise Inexpressible(
+            raise kvcheck.Outside(
                 "pin %s: the pipeline pins the chunk just generated (%s)"
                 % (tokens, "none" if chunk is None else "%d frames" % chunk["len"])
             )
@@ -281,16 +287,16 @@ class LongLiveCache(kvcheck.Subject):
     def evict(self, tokens):
         chunk, cache = self.current, self.pipe.kv_cache_pos
         if tokens is None or tokens < 0:
-            raise Inexpressible("evict %s: no negative re-cache" % tokens)
+            raise kvcheck.Outside("evict %s: no negative re-cache" % tokens)
         if not self.multi_shot() or chunk is None:
-            raise Inexpressible("the pipeline re-caches only on a scene cut with multi_shot_sink, after a chunk")
+            raise kvcheck.Outside("the pipeline re-caches only on a scene cut with multi_shot_sink, after a chunk")
         if chunk["start"] == 0:
-            raise Inexpressible("the first chunk is never a shot boundary (_is_shot_boundary)")
+            raise kvcheck.Outside("the first chunk is never a shot boundary (_is_shot_boundary)")
         if int(cache[0]["pinned_len"].item()) > 0:
-            raise Inexpressible("the re-cache clears the pin; the contract's evict keeps it")
+            raise kvcheck.Outside("the re-cache clears the pin; the contract's evict keeps it")
         between = max(0, int(cache[0]["local_end_index"].item()) - self.config["sink"] - chunk["len"])
         if tokens != between:
-            raise Inexpressible("evict %d: the re-cache drops the %d frames between the sink and the chunk" % (tokens, between))
+            raise kvcheck.Outside("evict %d: the re-cache drops the %d frames between the sink and the chunk" % (tokens, between))
         self.pipe._zero_kv_data(cache, chunk["start"] * self.pipe.frame_seq_length)
         self.observe(lambda: self.run_chunk(chunk["start"], chunk["k"], chunk["v"]))
 

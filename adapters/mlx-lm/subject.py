@@ -28,8 +28,8 @@ call carries all heads), recent windows (a layer's window is fixed), the
 packed variant (`QuantizedKVCache` quantizes with `mx.quantize` groups of
 32-128 values, not docs/contract.md §6 rows, and returns packed tuples). A write that
 starts past the global end, or a rewrite that ends before it, has no call
-(the cache appends at its offset): it is answered as an exception of type
-`Inexpressible` and changes nothing.
+(the cache appends at its offset): it is answered as outside the adapter's
+domain (`kvcheck.Outside`: kvcheck cuts the case there) and changes nothing.
 
 Positions. The caches return arrays, not positions. Every cache is paired
 with a *twin*: a second instance of the same class and arguments, batch 1,
@@ -60,11 +60,6 @@ except ImportError:  # a checkout without the wheel installed: the package's sou
 
 CACHES = ("rotating", "kv", "batch-rotating", "batch-kv")
 
-
-class Inexpressible(Exception):
-    """A request no mlx-lm pipeline can make of these classes (its API has
-    no start position): answered as an exception of the library's side,
-    which changes nothing."""
 
 
 class NotTrimmable(Exception):
@@ -159,13 +154,13 @@ class Pair:
     def write(self, start, length, k, v):
         g = self.global_end()
         if length < 0 or start < 0:
-            raise Inexpressible("start %d, len %d cannot be a token range" % (start, length))
+            raise kvcheck.Outside("start %d, len %d cannot be a token range" % (start, length))
         if start > g:
-            raise Inexpressible("write at %d past the cache offset %d: update_and_fetch appends at the offset" % (start, g))
+            raise kvcheck.Outside("write at %d past the cache offset %d: update_and_fetch appends at the offset" % (start, g))
         if length == 0:
             return self.read()
         if start + length < g:
-            raise Inexpressible(
+            raise kvcheck.Outside(
                 "rewrite of %d..%d ends before the offset %d: trimming to %d would drop %d..%d"
                 % (start, start + length, g, start, start + length, g)
             )
@@ -278,12 +273,12 @@ MASKS = {
     # the rows a read shows (B1, B6 of docs/mlx-lm.md) would hide what
     # queries read.
     "full-trim": (
-        "rewinds and tail rewrites once the global end reaches the capacity, answered as Inexpressible;"
+        "rewinds and tail rewrites once the global end reaches the capacity, answered as outside (kvcheck.Outside);"
         " for --oracle between --cache kv and rotating (B4)",
         None,
         _full_trim,
     ),
-    "no-read": ("reads (zero-length writes), answered as Inexpressible; for --oracle self", None, _read),
+    "no-read": ("reads (zero-length writes), answered as outside (kvcheck.Outside); for --oracle self", None, _read),
 }
 
 
@@ -360,14 +355,14 @@ class MlxLm(kvcheck.Subject):
         _, kind, test = MASKS[mask]
         reason = test(self.pair, name, body)
         if reason and kind is None:
-            raise Inexpressible("--mask %s: %s" % (mask, reason))
+            raise kvcheck.Outside("--mask %s: %s" % (mask, reason))
         if reason:
             raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
 
     def write(self, start, length, heads, recent_window, k, v):
         self.held_back("write", {"start": start, "len": length})
         if heads is not None or recent_window is not None:
-            raise Inexpressible("mlx-lm's caches take every head and no per-call window")
+            raise kvcheck.Outside("mlx-lm's caches take every head and no per-call window")
         if self.keep is not None:
             # --keep checks what queries read; a read shows the kept rows the window hides from them.
             self.held_back_by("no-read", "write", {"start": start, "len": length})

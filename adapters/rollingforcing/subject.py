@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rolling Forcing's streaming KV cache as a kvcheck-subject/1 process.
 
-    python adapters/rollingforcing/subject.py [--layers 2]
+    python adapters/rollingforcing/subject.py [--layers 2] [--block N]
 
 The cache of a Rolling Forcing checkout (adapters/rollingforcing/setup.sh,
 ROLLINGFORCING_SRC), driven through its own `CausalWanModel` (randomly
@@ -44,12 +44,17 @@ fallback, which casts to bf16 by default) keeps the rows' dtype. Every
 block must read the keys the last block read (`kvcheck.torch.LayerMismatch`);
 a key whose rows no write produced raises `kvcheck.torch.UnknownRows`.
 
-Requests the pipeline cannot make are answered with an `Inexpressible`
-exception: a sink of 0 (the anchor is a block), an
+Requests the pipeline cannot make are answered as outside its domain
+(`kvcheck.Outside`): a sink of 0 (the anchor is a block), an
 append that is not one block of `S` frames at the global end, a rewrite of
 anything but the current block, a gap, negative numbers. Left out of
 `hello`: `evict`, `pin`, `rewind`, head ranges, windows, growth and the
-packed variant.
+packed variant. Since the block length is the config's sink, no one
+declaration holds for every config; `--block N` fixes it (a config with
+another sink is outside at open) and declares the loop's domain: appends
+of `N` frames, `rewrites` of the latest block, `probes` after an append,
+no gaps, nothing malformed. Without it no domain is declared and each
+outside answer cuts its case.
 """
 
 import argparse
@@ -71,9 +76,6 @@ LATENT_CHANNELS = 2
 TEXT_DIM = 4
 TEXT_TOKENS = 2
 
-
-class Inexpressible(Exception):
-    """A request no run of the pipeline can make of its cache."""
 
 
 def _load():
@@ -102,9 +104,16 @@ class RollingForcingCache(kvcheck.Subject):
     features = ()
     ops = ("reset",)
 
-    def __init__(self, layers=2):
+    def __init__(self, layers=2, block=None):
         self.layers = layers
+        self.block = block
         self.name = "Rolling Forcing %s CausalWanModel kv_cache" % _commit()
+        if block is not None:
+            # One block length for every video: the loop's domain is then
+            # declared, so kvcheck draws only inside it.
+            self.name += " (blocks of %d frames)" % block
+            self.domain = {"rewrites": "latest", "chunks": {"lengths": [block]}, "probes": "after_append",
+                           "gaps": False, "malformed": False}
         self.runtime = Background(_load)
         self.models = {}
         self.tap = None
@@ -145,7 +154,9 @@ class RollingForcingCache(kvcheck.Subject):
         heads, d = config["heads"], config["head_dim"]
         capacity, sink = config["capacity"], config["sink"]
         if sink < 1:
-            raise Inexpressible("sink 0: the anchor is the first block, of at least one frame")
+            raise kvcheck.Outside("sink 0: the anchor is the first block, of at least one frame")
+        if self.block is not None and sink != self.block:
+            raise kvcheck.Outside("sink %d: the anchor is the first block, of --block %d frames" % (sink, self.block))
         if not getattr(cm, "_kvcheck_attention", False):
             # RoPE is the identity here (model.freqs all 1 + 0j); the cached
             # path's rotation is replaced by the identity itself, since it
@@ -222,11 +233,11 @@ class RollingForcingCache(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no frame has a negative index or count" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no frame has a negative index or count" % (start, length))
         g, block, sink = self.global_end, self.current, self.config["sink"]
         if length == 0:
             if start > g:
-                raise Inexpressible("zero-length write at %d past the global end %d" % (start, g))
+                raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, g))
             if block is None:
                 c = self.config
                 none = self.rt.torch.zeros((c["batch"], 0, c["heads"], c["head_dim"]), dtype=self.dtype)
@@ -244,8 +255,8 @@ class RollingForcingCache(kvcheck.Subject):
             block["k"], block["v"] = kp, vp
             return seen
         if start > g:
-            raise Inexpressible("write %d+%d leaves a gap after the global end %d" % (start, length, g))
-        raise Inexpressible(
+            raise kvcheck.Outside("write %d+%d leaves a gap after the global end %d" % (start, length, g))
+        raise kvcheck.Outside(
             "write %d+%d: the pipeline appends one block of %d frames at the global end %d, "
             "and runs again only the current block (%s)"
             % (start, length, sink, g, "none" if block is None else "%d+%d" % (block["start"], sink))
@@ -263,14 +274,20 @@ class RollingForcingCache(kvcheck.Subject):
 def parse(argv):
     parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=2, help="transformer blocks of the tiny model (default 2)")
+    parser.add_argument("--block", type=int,
+                        help="block_length in frames: only configs with this sink are opened, and the loop's domain"
+                             " (appends and re-runs of one such block) is declared (default: any sink, no declaration)")
     args = parser.parse_args(argv)
     if args.layers < 1:
         raise SystemExit("--layers must be at least 1")
+    if args.block is not None and args.block < 1:
+        raise SystemExit("--block must be at least 1")
     return args
 
 
 def _from_args(cls, argv):
-    return cls(parse(argv).layers)
+    args = parse(argv)
+    return cls(args.layers, args.block)
 
 
 RollingForcingCache.from_args = classmethod(_from_args)

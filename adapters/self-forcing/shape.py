@@ -39,15 +39,17 @@ the attention tap recognises them), the q/k/v projections return the
 write's rows, and the attention call is
 `torch.nn.functional.scaled_dot_product_attention` on the slice the library
 passes, where the tap (`kvcheck.torch`) sees it.
+
+Requests no run of the pipeline makes are answered as outside its domain
+(`kvcheck.Outside`): a gap, a rewrite of anything but the latest chunk,
+negative numbers. `ShapeCache` declares that domain (`LOOP`), so kvcheck
+draws only inside it.
 """
 
 import ast
 
 import kvcheck
 
-
-class Inexpressible(Exception):
-    """A request no run of the pipeline can make of its cache."""
 
 
 def parse(path):
@@ -183,12 +185,22 @@ class Flavour:
         self.sizes(self.config, self.layers)
 
 
+# The requests the chunk loop makes of its cache: a chunk appended at the
+# global end, denoising rewrites and the clean re-run of exactly that chunk,
+# the next step's read once a chunk is there. Gaps, rewrites of older
+# chunks and negative numbers are answered as kvcheck.Outside. A chunk wider
+# than the room beside the sink stays inside: the stages accept such a
+# geometry (docs/findings/fastvideo-chunk-overwrites-sink.md).
+LOOP = {"rewrites": "latest", "probes": "after_append", "gaps": False, "malformed": False}
+
+
 class ShapeCache(kvcheck.Subject):
     """The kvcheck subject over one `Flavour` (see the module docstring)."""
 
     variants = ("dense",)
     arrays = "torch"
     layout = "bnhd"
+    domain = LOOP
 
     def __init__(self, flavour_factory, layers=2):
         self.flavour_factory = flavour_factory
@@ -207,12 +219,12 @@ class ShapeCache(kvcheck.Subject):
         if self.tap is None:
             self.tap = AttentionTap()
         if config.get("window") not in (None, config["capacity"]):
-            raise Inexpressible(
+            raise kvcheck.Outside(
                 "the pipelines read the whole buffer (max_attention_size = local_attn_size * frame_seqlen): W = C only"
             )
         if config.get("growth"):
             # (global_sink only matters with pins, which no pipeline makes)
-            raise Inexpressible("no growth: the buffer is local_attn_size frames")
+            raise kvcheck.Outside("no growth: the buffer is local_attn_size frames")
         self.config = config
         self.torch = torch
         self.dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[config["dtype"]]
@@ -225,15 +237,15 @@ class ShapeCache(kvcheck.Subject):
     def check(self, start, length, k):
         """The chunk a write rewrites, None for an append or a probe."""
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no frame has a negative index or count" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no frame has a negative index or count" % (start, length))
         if start > self.global_end:
-            raise Inexpressible("write %d+%d leaves a gap after frame %d" % (start, length, self.global_end))
+            raise kvcheck.Outside("write %d+%d leaves a gap after frame %d" % (start, length, self.global_end))
         if length == 0 or start == self.global_end:
             return None
         chunk = self.current
         if chunk is not None and start == chunk["start"] and length == chunk["len"]:
             return chunk
-        raise Inexpressible(
+        raise kvcheck.Outside(
             "write %d+%d: the pipeline rewrites only the chunk being denoised (%s)"
             % (start, length, "none" if chunk is None else "%d+%d" % (chunk["start"], chunk["len"]))
         )
@@ -274,7 +286,7 @@ class ShapeCache(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         if heads is not None or recent_window is not None:
-            raise Inexpressible("every head is written, and attention reads the whole window")
+            raise kvcheck.Outside("every head is written, and attention reads the whole window")
         return self.write_chunk(start, length, k, v)
 
     def reset(self):

@@ -20,8 +20,8 @@ PRQ k-means Triton kernels: CUDA only, and not the quantizer of docs/contract.md
 and the read-only `view` probe (neither class has a read that does not
 write). A write with a negative length or head count cannot be made into a
 tensor, as it cannot in a pipeline (torch refuses the shape): it is answered
-as an exception of type `Inexpressible`, which kvcheck compares like any
-exception of the library.
+as outside the adapter's domain (`kvcheck.Outside`: kvcheck cuts the case
+there; before revision 3 of the protocol, an exception of type `Outside`).
 
 Positions. The classes return K/V tensors, not positions. To report which
 global positions a view holds without re-implementing sglang's index
@@ -56,9 +56,6 @@ import loader  # noqa: E402
 
 TAG_OFFSET = float(1 << 32)
 
-
-class Inexpressible(Exception):
-    """A request no pipeline can make of these classes (e.g. a negative tensor dimension)."""
 
 
 def capabilities(version):
@@ -212,10 +209,10 @@ class Pair:
         heads = body.get("heads")
         recent = body.get("recent_window")
         if length < 0:
-            raise Inexpressible("len %d cannot be a tensor dimension" % length)
+            raise kvcheck.Outside("len %d cannot be a tensor dimension" % length)
         head_start, head_count = (None, self.heads) if heads is None else (heads[0], heads[1])
         if head_count < 0:
-            raise Inexpressible("head count %d cannot be a tensor dimension" % head_count)
+            raise kvcheck.Outside("head count %d cannot be a tensor dimension" % head_count)
         if key is None or value is None:
             if length * head_count != 0:
                 raise kvcheck.AdapterError("no payload came for a write of %d tokens and %d heads" % (length, head_count))

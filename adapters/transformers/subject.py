@@ -10,7 +10,7 @@ layer (`layer_idx = 0`) built from a one-layer `PretrainedConfig`:
 | open | `--cache dynamic`: `DynamicCache(config=cfg)`; `--cache static`: `StaticCache(config=cfg, max_cache_len=capacity)`; `--cache hqq`, `quanto`, `fp8`: `QuantizedCache(backend, cfg, ...)`. `cfg.layer_types` is `["sliding_attention"]` with `sliding_window = window` when the config's window is below its capacity (so the cache builds `DynamicSlidingWindowLayer` / `StaticSlidingWindowLayer`), else `["full_attention"]` (`DynamicLayer` / `StaticLayer` / the quantized layers). `DynamicCache` gets `activate_past_recording()`, as assisted decoding does, so that its sliding layer can be cropped |
 | write G, n (append) | `mask = create_causal_mask(...)` (or `create_sliding_window_causal_mask`) with `cache=`, eager attention, before the update, as a model builds its masks before its layers run; then `keys, values = cache.update(k, v, 0)` with `[B, H, n, D]` tensors |
 | write s, n with s < G <= s + n (rewrite of the tail) | `cache.crop(-(G - s))` then the append above: how assisted decoding drops rejected draft tokens and writes the accepted ones. Refused, as `generate()` refuses, when `cache.is_croppable` is false (`NotCroppable`) |
-| write s, n with s + n < G (rewrite inside the stream) | the rows of `[s + n, G)` copied out of the layer's own tensors, the crop and append above, then those rows re-appended by the same calls (`Inexpressible` when the layer no longer holds them) |
+| write s, n with s + n < G (rewrite inside the stream) | the rows of `[s + n, G)` copied out of the layer's own tensors, the crop and append above, then those rows re-appended by the same calls (`kvcheck.Outside` when the layer no longer holds them) |
 | write s, 0 (the read-only probe) | no call: the rows the layer holds (`layer.keys`) that the same mask function lets a query at `G - 1` read (quantized: a zero-length `update`) |
 | rewind to | `cache.crop(-(G - to))` under the same `is_croppable` check |
 | reset | `cache.reset()` |
@@ -44,8 +44,8 @@ windows (a layer's window is fixed), the packed variant, `growth` on the
 static cache (it never grows), windows on the quantized cache
 (`QuantizedCache` refuses sliding layers), `rewind` on the quantized cache
 (not croppable). A write that starts past the global end has no call (the
-cache appends at its own length): it is answered as an exception of type
-`Inexpressible` and changes nothing.
+cache appends at its own length): it is answered as outside the adapter's
+domain (`kvcheck.Outside`: kvcheck cuts the case there) and changes nothing.
 Sinks have no counterpart: `sink` is ignored (docs/transformers.md lists
 what that changes).
 
@@ -67,9 +67,6 @@ from subject_support import Background, add_mask_option  # noqa: E402
 CACHES = ("dynamic", "static", "hqq", "quanto", "fp8")
 QUANTIZED = ("hqq", "quanto", "fp8")
 
-
-class Inexpressible(Exception):
-    """A request no transformers pipeline can make of these classes."""
 
 
 class NotCroppable(Exception):
@@ -270,9 +267,9 @@ class TransformersCache(kvcheck.Subject):
         self._masked("write", {"start": start, "len": length})
         g = self.global_end
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no tensor has a negative length" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no tensor has a negative length" % (start, length))
         if start > g:
-            raise Inexpressible("write at %d past the global end %d: the cache appends at its length" % (start, g))
+            raise kvcheck.Outside("write at %d past the global end %d: the cache appends at its length" % (start, g))
         if length == 0:
             return self._probe()
         later = None
@@ -300,16 +297,16 @@ class TransformersCache(kvcheck.Subject):
     def _held(self, begin, end):
         """The rows of positions [begin, end) the layer holds, as (K, V)
         copies of its own tensors, for a rewrite that ends before the global
-        end; Inexpressible when the layer no longer holds them all."""
+        end; kvcheck.Outside when the layer no longer holds them all."""
         what = "write ending at %d before the global end %d" % (begin, end)
         if self.twin is None:
-            raise Inexpressible("%s: the quantized cache cannot give back its rows unrounded" % what)
+            raise kvcheck.Outside("%s: the quantized cache cannot give back its rows unrounded" % what)
         layer, twin = self.real.layer, self.twin.layer
         tags = twin.keys[0, 0, :, 0].tolist() if twin.is_initialized and twin.keys.dim() == 4 else []
         column = {int(t) - 1: j for j, t in enumerate(tags) if t > 0}
         missing = [p for p in range(begin, end) if p not in column]
         if missing:
-            raise Inexpressible("%s: the cache no longer holds positions %s to re-append" % (what, missing))
+            raise kvcheck.Outside("%s: the cache no longer holds positions %s to re-append" % (what, missing))
         torch = self.rt.torch
         index = torch.tensor([column[p] for p in range(begin, end)], dtype=torch.long)
         return layer.keys.index_select(2, index).clone(), layer.values.index_select(2, index).clone()

@@ -26,8 +26,9 @@ the real cache's returned keys holds.
 What it cannot express is left out of its capabilities: `rewind`, `evict`,
 `pin` and `reset` (no such calls: a request allocates a new cache), head
 ranges, recent windows, windows below the capacity, growth, the global
-sink and the packed variant. A write with a negative start or length is
-answered as an exception of type `Inexpressible`.
+sink and the packed variant. A write with a negative start or length, and a
+zero-length write past the global end, are answered as outside the
+adapter's domain (`kvcheck.Outside`: kvcheck cuts the case there).
 
     adapters/vllm-omni/.venv/bin/python adapters/vllm-omni/subject.py [--version 0.30.0]
 """
@@ -46,9 +47,6 @@ import kvcheck.serve  # noqa: E402
 import loader  # noqa: E402
 from subject_support import Background, add_mask_option  # noqa: E402
 
-
-class Inexpressible(Exception):
-    """A request no LingBot-World pipeline can make of this cache."""
 
 
 def _load_lingbot(version):
@@ -117,11 +115,11 @@ class LingBotCache(kvcheck.Subject):
             if reason:
                 raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
         if k is None or start < 0 or length < 0:
-            raise Inexpressible("write %d+%d: no tensor has a negative length or start" % (start, length))
+            raise kvcheck.Outside("write %d+%d: no tensor has a negative length or start" % (start, length))
         persist = True
         if length == 0:
             if start > self.global_end:
-                raise Inexpressible("zero-length write at %d past the global end %d" % (start, self.global_end))
+                raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, self.global_end))
             # Every zero-length write is the probe: a read at the global end.
             start, persist = self.global_end, False
         tags = (torch.arange(length, dtype=torch.float64) + (start + 1)).reshape(1, length, 1, 1)

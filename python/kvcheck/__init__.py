@@ -4,18 +4,22 @@
   `kvcheck.subject` for the API); `python -m kvcheck.serve module:Class`
   serves it to the `kvcheck` binary over kvcheck-subject/1.
 - `kvcheck.Refused(kind, message)`: a refusal of the contract.
+- `kvcheck.Outside(reason)`: a request the cache is never asked in real
+  use (the subject's `domain` declares which it is asked).
 - `kvcheck.check(MyCache, ...)`: runs the `kvcheck` binary against the class
   (used by the pytest plugin).
 """
 
-from .runner import Divergence, Result, binary, check
+from .runner import Divergence, Result, TooFewJudged, binary, check
 from .subject import (
+    DOMAIN_FIELDS,
     DTYPES,
     ERROR_KINDS,
     FEATURES,
     PROTOCOL,
     VARIANTS,
     AdapterError,
+    Outside,
     Refused,
     Subject,
     serve,
@@ -27,12 +31,15 @@ __all__ = [
     "Result",
     "binary",
     "check",
+    "DOMAIN_FIELDS",
     "DTYPES",
     "ERROR_KINDS",
     "FEATURES",
+    "Outside",
     "PROTOCOL",
     "Refused",
     "Subject",
+    "TooFewJudged",
     "VARIANTS",
     "serve",
 ]

@@ -38,20 +38,45 @@ class Divergence(AssertionError):
         self.replay = replay
 
 
+class TooFewJudged(AssertionError):
+    """No divergence, but kvcheck judged fewer ops than its floor
+    (`min_judged`) because the subject answered `kvcheck.Outside` to most
+    requests: a subject that is outside everywhere cannot pass. `output`
+    is kvcheck's output, `outside_share` the share of drawn ops outside
+    the subject's domain (None when kvcheck printed none)."""
+
+    def __init__(self, output):
+        line = next((l for l in output.splitlines() if "--min-judged" in l), "fewer ops judged than --min-judged")
+        super().__init__(line.strip())
+        self.output = output
+        self.outside_share = outside_share(output)
+
+
 class Result:
-    """A passing run: how many ops were checked, in how many seconds."""
+    """A passing run: how many ops were checked, in how many seconds.
+
+    `outside_share`: the share of drawn ops that lay outside the subject's
+    domain (0.0 when no case was cut there); `warnings`: kvcheck's
+    `warning:` lines (a share over its threshold names the declaration
+    that would keep the draws inside)."""
 
     def __init__(self, ops, seconds, subject, output):
         self.ops = ops
         self.seconds = seconds
         self.subject = subject
         self.output = output
+        share = outside_share(output)
+        self.outside_share = 0.0 if share is None else share
+        self.warnings = warnings(output)
 
     def __repr__(self):
-        return "Result(ops=%d, seconds=%.1f)" % (self.ops, self.seconds)
+        return "Result(ops=%d, seconds=%.1f, outside_share=%.3f)" % (self.ops, self.seconds, self.outside_share)
 
     def summary(self):
-        return "%s ops checked in %.1f s, no divergence (%s)" % (format(self.ops, ","), self.seconds, self.subject)
+        text = "%s ops checked in %.1f s, no divergence (%s)" % (format(self.ops, ","), self.seconds, self.subject)
+        if self.outside_share:
+            text += "; %.1f%% of the drawn ops outside its domain" % (100 * self.outside_share)
+        return text
 
 
 def binary():
@@ -82,16 +107,23 @@ def serve_command(subject, args=()):
     return [sys.executable, "-m", "kvcheck.serve", target] + list(args)
 
 
-def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), out="kvcheck-failures", extra=()):
+def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), out="kvcheck-failures", extra=(),
+          strict_domain=False, min_judged=None):
     """Checks `subject` (a kvcheck.Subject subclass) for `time` seconds.
 
-    `profile`: a profile name or a list of them (`kvcheck run --list`);
-    `seed`: the op generator's seed (default: kvcheck picks one and prints
-    it); `args`: arguments for the class's `from_args`; `oracle`: what the
-    subject is compared with ("model", the contract's reference model;
-    other values go to `kvcheck run --oracle`); `out`: where divergence
-    traces are saved; `extra`: more `kvcheck run` arguments.
-    Returns a Result; raises Divergence when the subject diverges.
+    `profile`: a profile name or a list of them (`kvcheck run --list`;
+    "pipeline" draws a video pipeline's chunk loop); `seed`: the op
+    generator's seed (default: kvcheck picks one and prints it); `args`:
+    arguments for the class's `from_args`; `oracle`: what the subject is
+    compared with ("model", the contract's reference model; other values
+    go to `kvcheck run --oracle`); `out`: where divergence traces are
+    saved; `strict_domain`: every `kvcheck.Outside` answer is a divergence
+    (`--strict-domain`); `min_judged`: the fewest ops that must be judged
+    when the subject answered outside (`--min-judged`, kvcheck's default
+    when None); `extra`: more `kvcheck run` arguments.
+    Returns a Result; raises Divergence when the subject diverges and
+    TooFewJudged when it answered outside to so much that fewer than
+    `min_judged` ops were judged.
     """
     __tracebackhide__ = True  # pytest shows the report, not this function
     if TIME_OVERRIDE is not None:
@@ -105,6 +137,10 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
         command += ["--oracle", str(oracle)]
     for name in [profile] if isinstance(profile, str) else (profile or []):
         command += ["--profile", name]
+    if strict_domain:
+        command += ["--strict-domain"]
+    if min_judged is not None:
+        command += ["--min-judged", str(min_judged)]
     command += list(extra)
     env = dict(os.environ)
     env.pop("RUST_BACKTRACE", None)  # candle errors are 25x slower with it
@@ -121,6 +157,8 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
         if RESULTS is not None:
             RESULTS.append(result)
         return result
+    if done.returncode == 1 and first_trace(output) is None and "--min-judged" in output:
+        raise TooFewJudged(output)
     if done.returncode == 1:
         trace = first_trace(output)
         text = report(output)
@@ -148,6 +186,23 @@ def checked(output):
     if match is None:
         raise RuntimeError("kvcheck run printed no op count:\n" + output)
     return int(match.group(1).replace(",", "")), float(match.group(2))
+
+
+def outside_share(output):
+    """The share of drawn ops outside the subject's domain that `kvcheck
+    run` printed (its `outside ...: ... (12.3%) ...` line after the
+    totals), or None."""
+    for line in reversed(output.splitlines()):
+        if line.lstrip().lower().startswith("outside"):
+            match = re.search(r"([\d.]+)\s*%", line)
+            if match:
+                return float(match.group(1)) / 100
+    return None
+
+
+def warnings(output):
+    """`kvcheck run`'s `warning:` lines, without the prefix."""
+    return [line.strip()[len("warning:"):].strip() for line in output.splitlines() if line.strip().startswith("warning:")]
 
 
 def first_trace(output):

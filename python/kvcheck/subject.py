@@ -34,7 +34,15 @@ The subclass API (stable):
   of the arrays both ways), `ops` (None, or a subset of the implemented ops
   to declare), `reports` (() default, or any of "capacity",
   "resident_bytes": attributes read after every successful op and sent for
-  kvcheck to compare with the model's, docs/contract.md §3 step 7, §6, §7).
+  kvcheck to compare with the model's, docs/contract.md §3 step 7, §6, §7),
+  `domain` (None default: every request the contract allows may come; or
+  a dict naming the requests the cache is ever asked in real use, each
+  field optional: `rewrites` "any" | "latest" | "none", `chunks` "any" |
+  {"lengths": [n, ...]} | {"multiple": n}, `probes` "any" |
+  "after_append" | "none", `gaps`, `oversized`, `malformed` (booleans),
+  `evict` and `pin` "any" | "scene_cut"; revision 3, DOMAIN_FIELDS and
+  docs/subject-protocol.md say what each admits). kvcheck then draws
+  only inside it.
 - `global_end`: an attribute or property, read after every successful op.
 - `open(config)`: required. `config` is the kvtrace/1 config dict with every
   field filled in. Called for every case; it must discard any previous cache.
@@ -61,7 +69,11 @@ The subclass API (stable):
   exception is answered as the protocol's `exception` (most real caches
   raise ValueError and the like). Raise `AdapterError` when the adapter
   itself cannot turn a request into a call of the cache: kvcheck reports it
-  as the adapter's failure and never as agreement with a refusal.
+  as the adapter's failure and never as agreement with a refusal. Raise
+  `Outside(reason)` (from `open`, an op or `view`) for a request the cache
+  is never asked in real use: kvcheck judges the case up to there and
+  cuts it (revision 3; an older kvcheck gets an exception of type
+  "Outside"). Inside a declared `domain` it is a divergence.
 """
 
 import base64
@@ -72,8 +84,9 @@ from . import _arrays
 
 PROTOCOL = "kvcheck-subject/1"
 # Revision 2 of kvcheck-subject/1 adds `reports` (capacity, resident_bytes)
-# and `adapter` exceptions; a harness says which revision it speaks in hello.
-REVISION = 2
+# and `adapter` exceptions; revision 3 the `outside` answer and the `domain`
+# capability. A harness says which revision it speaks in hello.
+REVISION = 3
 
 ERROR_KINDS = (
     "invalid_argument",
@@ -94,6 +107,19 @@ DTYPES = ("f32", "f16", "bf16")
 FEATURES = ("growth", "head_ranges", "recent_window", "window", "global_sink", "quant")
 OPTIONAL_OPS = ("rewind", "evict", "pin", "reset")
 REPORTS = ("capacity", "resident_bytes")
+# The fields of a `domain` declaration (revision 3) and the values each
+# takes: a tuple of strings, bool, or "chunks" (any, {"lengths": [n, ...]},
+# {"multiple": n}).
+DOMAIN_FIELDS = {
+    "rewrites": ("any", "latest", "none"),
+    "chunks": "chunks",
+    "probes": ("any", "after_append", "none"),
+    "gaps": bool,
+    "oversized": bool,
+    "malformed": bool,
+    "evict": ("any", "scene_cut"),
+    "pin": ("any", "scene_cut"),
+}
 
 
 class Refused(Exception):
@@ -111,6 +137,55 @@ class AdapterError(Exception):
     adapter's failure, never the cache's refusal."""
 
 
+class Outside(Exception):
+    """A request that lies outside the cache's domain: it is never asked in
+    real use (a gap, a rewrite of anything but the chunk being denoised, a
+    chunk length the pipeline never makes). kvcheck judges the case up to
+    this request and cuts it there; it is no divergence unless the
+    subject's declared `domain` admits the request (or kvcheck runs with
+    --strict-domain)."""
+
+    def __init__(self, reason=""):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def domain_problem(domain):
+    """What is wrong with a `domain` declaration, or None when it is valid."""
+    if not isinstance(domain, dict):
+        return "expected a dict of %s" % ", ".join(DOMAIN_FIELDS)
+    for field, value in domain.items():
+        allowed = DOMAIN_FIELDS.get(field)
+        if allowed is None:
+            return "unknown field %r (expected %s)" % (field, ", ".join(DOMAIN_FIELDS))
+        if allowed is bool:
+            if not isinstance(value, bool):
+                return "%r: %r is not true or false" % (field, value)
+        elif allowed == "chunks":
+            if value == "any":
+                continue
+            if not isinstance(value, dict) or len(value) != 1:
+                return '"chunks": %r: expected "any", {"lengths": [n, ...]} or {"multiple": n}' % (value,)
+            ((kind, arg),) = value.items()
+            if kind == "lengths":
+                if isinstance(arg, (str, bytes)) or not isinstance(arg, (list, tuple)) or not arg or not all(
+                    positive(n) for n in arg
+                ):
+                    return '"chunks": {"lengths": %r}: expected a non-empty list of positive ints' % (arg,)
+            elif kind == "multiple":
+                if not positive(arg):
+                    return '"chunks": {"multiple": %r}: expected a positive int' % (arg,)
+            else:
+                return '"chunks": %r: expected "any", {"lengths": [n, ...]} or {"multiple": n}' % (value,)
+        elif value not in allowed:
+            return "%r: %r is not one of %s" % (field, value, ", ".join(allowed))
+    return None
+
+
+def positive(n):
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0
+
+
 class Subject:
     """Base class of a cache checked by kvcheck (see the module docs)."""
 
@@ -123,6 +198,7 @@ class Subject:
     layout = "bnhd"
     ops = None
     reports = ()
+    domain = None
 
     @classmethod
     def from_args(cls, argv):
@@ -171,6 +247,8 @@ class Subject:
         }
         if self.reports and revision >= 2:
             caps["reports"] = list(self.reports)
+        if self.domain is not None and revision >= 3:
+            caps["domain"] = json_domain(self.domain)
         return caps
 
     def validate(self):
@@ -194,6 +272,19 @@ class Subject:
         for op in ("open", "write"):
             if not defines(self, op):
                 raise ValueError("%s must define %s" % (type(self).__name__, op))
+        if self.domain is not None:
+            problem = domain_problem(self.domain)
+            if problem is not None:
+                raise ValueError("%s.domain = %r: %s" % (type(self).__name__, self.domain, problem))
+
+
+def json_domain(domain):
+    """A valid `domain` declaration as the JSON object of the capability."""
+    out = dict(domain)
+    chunks = out.get("chunks")
+    if isinstance(chunks, dict) and "lengths" in chunks:
+        out["chunks"] = {"lengths": [int(n) for n in chunks["lengths"]]}
+    return out
 
 
 def defines(subject, method):
@@ -251,9 +342,18 @@ class Session:
             return {"err": {"kind": refusal.kind, "message": refusal.message}}
         except AdapterError as error:
             return exception("AdapterError", str(error), adapter=True)
+        except Outside as outside:
+            return self.outside(outside)
         except Exception as error:
             return exception(type(error).__name__, str(error))
         return exception("ProtocolError", "unknown request %s" % sorted(request))
+
+    def outside(self, outside):
+        """The answer to a request the subject raised Outside for: revision
+        3's `outside`, an exception of type Outside to an older harness."""
+        if self.revision >= 3:
+            return {"outside": {"reason": outside.reason}}
+        return exception("Outside", outside.reason)
 
     def open(self, config):
         self.config = None
@@ -267,6 +367,10 @@ class Session:
             self.subject.open(config)
         except Refused as refusal:
             return {"err": {"kind": "invalid_config", "message": refusal.message}}
+        except Outside as outside:
+            if self.revision >= 3:
+                return self.outside(outside)
+            return {"err": {"kind": "invalid_config", "message": "Outside: %s" % outside.reason}}
         except Exception as error:
             return {"err": {"kind": "invalid_config", "message": "%s: %s" % (type(error).__name__, error)}}
         self.config = config

@@ -90,6 +90,35 @@ class EchoBhnd(EchoNumpy):
         return super().write(start, length, heads, recent_window, k, v)
 
 
+class Pipeline(Echo):
+    """Echo as a chunk loop: a write past the end or a rewrite of anything
+    but the latest chunk is Outside; a config with a window is too."""
+
+    domain = {"rewrites": "latest", "gaps": False}
+
+    def open(self, config):
+        if config["window"] is not None:
+            raise kvcheck.Outside("the loop reads the whole buffer")
+        super().open(config)
+        self.latest = None
+
+    def write(self, start, length, heads, recent_window, k, v):
+        if start > self.global_end:
+            raise kvcheck.Outside("gap at %d" % start)
+        if start < self.global_end and length > 0 and (start, length) != self.latest:
+            raise kvcheck.Outside("rewrite of %d+%d" % (start, length))
+        if start == self.global_end and length > 0:
+            self.latest = (start, length)
+        return super().write(start, length, heads, recent_window, k, v)
+
+
+class Nowhere(Echo):
+    """Outside for every write: nothing is ever judged."""
+
+    def write(self, start, length, heads, recent_window, k, v):
+        raise kvcheck.Outside("never asked")
+
+
 class NoWrite(kvcheck.Subject):
     def open(self, config):
         pass

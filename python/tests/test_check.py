@@ -20,6 +20,9 @@ from kvcheck import runner  # noqa: E402
 
 import reference_subject  # noqa: E402
 
+sys.path.insert(0, HERE)
+import echo_subjects  # noqa: E402
+
 DEBUG_BINARY = os.path.join(ROOT, "target", "debug", "kvcheck")
 BINARY = os.environ.get("KVCHECK_BIN") or DEBUG_BINARY
 
@@ -58,6 +61,19 @@ class Check(unittest.TestCase):
         self.assertIn("replay it:", str(divergence))
 
 
+    def test_a_subject_outside_everywhere_cannot_pass(self):
+        # (its cases still judge their resets and reads before a write)
+        with self.assertRaises(kvcheck.TooFewJudged) as caught:
+            kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=5000, out=self.out)
+        self.assertIn("--min-judged", str(caught.exception))
+        self.assertGreater(caught.exception.outside_share, 0.9)
+        # With the floor off it passes, every drawn op outside, with a warning.
+        result = kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=0, out=self.out)
+        self.assertLess(result.ops, 5000)
+        self.assertGreater(result.outside_share, 0.9)
+        self.assertTrue(any("outside" in warning for warning in result.warnings), result.output)
+
+
 class InMain(kvcheck.Subject):
     pass
 
@@ -76,6 +92,19 @@ class Command(unittest.TestCase):
         self.assertEqual(runner.first_trace(output), "a/min.kvtrace.json")
         report = "FAIL x\n      ──── kvcheck: outcome divergence ────\n      config:   dense\n      trace:    elsewhere\n"
         self.assertEqual(runner.report(report), "──── kvcheck: outcome divergence ────\nconfig:   dense")
+
+    def test_the_outside_share_and_warnings_are_parsed(self):
+        output = (
+            "400 ops checked in 1.0 s\n"
+            "outside the subject's domain: 150 of 4000 drawn ops (3.8%), 31 cases cut there\n"
+            "warning: more than 20% of the drawn ops were outside; declare \"gaps\": false\n"
+            "no divergences\n"
+        )
+        self.assertAlmostEqual(runner.outside_share(output), 0.038)
+        self.assertEqual(runner.warnings(output), ['more than 20% of the drawn ops were outside; declare "gaps": false'])
+        self.assertIsNone(runner.outside_share("400 ops checked in 1.0 s\nno divergences\n"))
+        result = kvcheck.Result(400, 1.0, "X", output)
+        self.assertIn("3.8% of the drawn ops outside", result.summary())
 
 
 if __name__ == "__main__":

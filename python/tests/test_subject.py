@@ -271,6 +271,115 @@ class Outcomes(unittest.TestCase):
         self.assertEqual(base64.b64decode(ok["k"]), data)
 
 
+class OutsideAnswers(unittest.TestCase):
+    """kvcheck.Outside: revision 3's `outside` answer, an exception before."""
+
+    def session(self, revision):
+        session = Session(echo_subjects.Pipeline())
+        hello = session.handle({"hello": {"protocol": "kvcheck-subject/1", "revision": revision}})
+        self.assertIn("ok", session.handle({"open": {"config": config()}}))
+        return session, hello["hello"]["capabilities"]
+
+    def test_revision_3_answers_outside_and_declares_the_domain(self):
+        session, caps = self.session(3)
+        self.assertEqual(caps["domain"], {"rewrites": "latest", "gaps": False})
+        self.assertEqual(session.handle(write(2, 1, floats(1, 2, 3, 4))), {"outside": {"reason": "gap at 2"}})
+        self.assertIn("ok", session.handle(write(0, 2, floats(*range(8)))))
+        self.assertIn("ok", session.handle(write(0, 2, floats(*range(8)))))
+        self.assertEqual(session.handle(write(1, 1, floats(1, 2, 3, 4))), {"outside": {"reason": "rewrite of 1+1"}})
+        # A contract refusal is still an err, and the answer moves nothing.
+        self.assertEqual(session.subject.global_end, 2)
+
+    def test_an_older_harness_gets_an_exception_and_no_domain(self):
+        for revision in (1, 2):
+            session, caps = self.session(revision)
+            self.assertNotIn("domain", caps)
+            response = session.handle(write(5, 1, floats(1, 2, 3, 4)))
+            self.assertEqual(response, {"exception": {"type": "Outside", "message": "gap at 5"}})
+
+    def test_an_open_outside_the_domain(self):
+        for revision, answer in (
+            (3, {"outside": {"reason": "the loop reads the whole buffer"}}),
+            (2, {"err": {"kind": "invalid_config", "message": "Outside: the loop reads the whole buffer"}}),
+        ):
+            session = Session(echo_subjects.Pipeline())
+            session.handle({"hello": {"protocol": "kvcheck-subject/1", "revision": revision}})
+            self.assertEqual(session.handle({"open": {"config": config(window=4)}}), answer)
+            self.assertEqual(session.handle({"op": "reset", "index": 0})["exception"]["type"], "ProtocolError")
+
+    def test_outside_from_view_and_the_other_ops(self):
+        class Everywhere(echo_subjects.Echo):
+            def rewind(self, to):
+                raise kvcheck.Outside("the loop never rewinds")
+
+            def view(self):
+                raise kvcheck.Outside("no probe")
+
+        session = Session(Everywhere())
+        session.handle({"hello": {"protocol": "kvcheck-subject/1", "revision": 3}})
+        self.assertIn("ok", session.handle({"open": {"config": config()}}))
+        self.assertEqual(session.handle({"op": {"rewind": {"to": 0}}, "index": 0}), {"outside": {"reason": "the loop never rewinds"}})
+        self.assertEqual(session.handle({"view": {}}), {"outside": {"reason": "no probe"}})
+
+    def test_a_served_subject_answers_outside_over_the_wire(self):
+        served = Served("echo_subjects:Pipeline")
+        hello = served.request({"hello": {"protocol": "kvcheck-subject/1", "revision": 3}})["hello"]
+        self.assertEqual(hello["capabilities"]["domain"]["rewrites"], "latest")
+        self.assertIn("ok", served.request({"open": {"config": config()}}))
+        self.assertEqual(served.request(write(4, 1, floats(1, 2, 3, 4))), {"outside": {"reason": "gap at 4"}})
+        self.assertEqual(served.finish()[0], 0)
+
+
+class Domains(unittest.TestCase):
+    """The `domain` declaration: checked at start, sent as declared."""
+
+    def declared(self, domain):
+        class Declared(echo_subjects.Echo):
+            pass
+
+        Declared.domain = domain
+        return Declared()
+
+    def test_every_field_of_the_protocol_is_accepted(self):
+        domain = {
+            "rewrites": "latest",
+            "chunks": {"lengths": [3, 6]},
+            "probes": "after_append",
+            "gaps": False,
+            "oversized": False,
+            "malformed": False,
+            "evict": "scene_cut",
+            "pin": "scene_cut",
+        }
+        self.assertEqual(sorted(domain), sorted(kvcheck.DOMAIN_FIELDS))
+        subject = self.declared(domain)
+        Session(subject)
+        self.assertEqual(subject.capabilities(revision=3)["domain"], domain)
+        self.assertNotIn("domain", subject.capabilities(revision=2))
+        for chunks in ("any", {"multiple": 3}, {"lengths": (2,)}):
+            caps = self.declared({"chunks": chunks}).capabilities(revision=3)
+            self.assertEqual(json.loads(json.dumps(caps))["domain"]["chunks"], chunks if chunks != {"lengths": (2,)} else {"lengths": [2]})
+        self.assertNotIn("domain", echo_subjects.Echo().capabilities(revision=3))
+
+    def test_a_bad_field_is_named(self):
+        for domain, named in (
+            ({"gap": False}, "unknown field 'gap'"),
+            ({"gaps": "no"}, "'gaps': 'no' is not true or false"),
+            ({"rewrites": "oldest"}, "'rewrites': 'oldest' is not one of any, latest, none"),
+            ({"probes": None}, "'probes'"),
+            ({"evict": "always"}, "'evict'"),
+            ({"chunks": {"lengths": []}}, "chunks"),
+            ({"chunks": {"lengths": [3, 0]}}, "positive"),
+            ({"chunks": {"multiple": True}}, "positive"),
+            ({"chunks": {"sizes": [3]}}, "chunks"),
+            ({"chunks": 3}, "chunks"),
+            (["gaps"], "expected a dict"),
+        ):
+            with self.assertRaisesRegex(ValueError, "Declared.domain") as caught:
+                Session(self.declared(domain))
+            self.assertIn(named, str(caught.exception))
+
+
 class Declarations(unittest.TestCase):
     def test_unknown_declarations_are_named(self):
         class Bad(echo_subjects.Echo):

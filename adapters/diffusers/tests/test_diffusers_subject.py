@@ -122,14 +122,14 @@ class SanaWMRefiner(Case):
         sinks = [positions for positions in cache.rope_calls if len(positions) == 1]
         self.assertEqual(sinks, [[0], [0], [0], [1], [3]])
 
-    def test_inexpressible_writes_are_exceptions(self):
+    def test_writes_outside_the_pipeline_are_outside(self):
         self.open(sink=2, capacity=6)
         short = self.write(0, 0, 1)
-        self.assertEqual(short["exception"]["type"], "Inexpressible")
+        self.assertEqual(short["exception"]["type"], "Outside")
         self.assertIn("ok", self.write(1, 0, 3))
         self.assertIn("ok", self.write(2, 3, 2))
         older = self.write(3, 0, 3)  # captured history is not rewritten
-        self.assertEqual(older["exception"]["type"], "Inexpressible")
+        self.assertEqual(older["exception"]["type"], "Outside")
         self.assertEqual(self.write(4, 5, 0)["ok"]["visible"], [0, 1, 2, 3, 4])
 
     def test_finding_sink_size_zero(self):

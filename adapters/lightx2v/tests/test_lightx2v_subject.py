@@ -75,12 +75,12 @@ class LightX2V(unittest.TestCase):
         self.assertEqual(trace["expect"][-1]["ok"]["visible"], [0, 8, 9, 10, 11])
         self.assertEqual(kvtrace_replay.replay(self.subject, trace, exact_kinds=False), [])
 
-    def test_chunks_of_another_length_are_inexpressible(self):
+    def test_chunks_of_another_length_are_outside(self):
         trace = with_expect({"variant": "dense", "capacity": 8, "sink": 1},
                             [{"write": {"start": 0, "len": 2}}, {"write": {"start": 2, "len": 3}}])
         problems = kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
         self.assertEqual(len(problems), 1)
-        self.assertIn("Inexpressible", problems[0])
+        self.assertIn("\"type\": \"Outside\"", problems[0])
 
 
 class Loader(unittest.TestCase):

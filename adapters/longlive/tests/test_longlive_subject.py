@@ -106,7 +106,7 @@ class LongLive(unittest.TestCase):
             config, ops, note = pipeline_protocol.trace(rng, aligned=True, recache=False)
             self.assertEqual(self.replay(with_expect(config, ops)), [], note)
 
-    def test_rewriting_an_older_chunk_is_inexpressible(self):
+    def test_rewriting_an_older_chunk_is_outside(self):
         config = kvtrace_replay.full_config({"variant": "dense", "capacity": 8, "sink": 1})
         trace = {"format": "kvtrace/1", "config": config,
                  "ops": [{"write": {"start": 0, "len": 2}}, {"write": {"start": 2, "len": 2}},
@@ -114,7 +114,7 @@ class LongLive(unittest.TestCase):
         trace["expect"] = expect(config, trace["ops"])
         problems = self.replay(trace)
         self.assertEqual(len(problems), 1)
-        self.assertIn("Inexpressible", problems[0])
+        self.assertIn("\"type\": \"Outside\"", problems[0])
 
     def check_finding(self, name, op, fragment):
         problems = self.replay(finding(name))

@@ -108,14 +108,14 @@ class RollingForcing(unittest.TestCase):
             config, ops, note = short_video(rng)
             self.assertEqual(self.replay(with_expect(config, ops)), [], note)
 
-    def test_an_append_of_other_than_one_block_is_inexpressible(self):
+    def test_an_append_of_other_than_one_block_is_outside(self):
         config = kvtrace_replay.full_config({"variant": "dense", "capacity": 8, "sink": 2})
         trace = {"format": "kvtrace/1", "config": config,
                  "ops": [{"write": {"start": 0, "len": 2}}, {"write": {"start": 2, "len": 3}}]}
         trace["expect"] = expect(config, trace["ops"])
         problems = self.replay(trace)
         self.assertEqual(len(problems), 1)
-        self.assertIn("Inexpressible", problems[0])
+        self.assertIn("\"type\": \"Outside\"", problems[0])
 
     def test_finding_rerun_drops_anchor(self):
         # C = 4, S = 2: three blocks fill the cache of 6 frames; the clean

@@ -106,10 +106,10 @@ class SglangSubject(unittest.TestCase):
         # D12/D5: the write landed before the raise.
         self.assertEqual(self.write(2, 4, 2)["ok"]["visible"], [0, 1, 2, 3, 4, 5])
 
-    def test_inexpressible_requests_are_exceptions_not_crashes(self):
+    def test_requests_outside_the_classes_are_outside_not_crashes(self):
         self.open()
         response = self.subject.request({"op": {"write": {"start": 0, "len": -1}}, "index": 0, "k": "", "v": ""})
-        self.assertEqual(response["exception"]["type"], "Inexpressible")
+        self.assertEqual(response["exception"]["type"], "Outside")
         # A call the classes do not have is the adapter's failure, never a
         # refusal that could agree with the contract.
         response = self.subject.request({"op": {"rewind": {"to": 0}}, "index": 1})

@@ -80,6 +80,16 @@ pub enum Error {
     /// crate's own error). Harnesses may downcast it to their own type.
     #[error(transparent)]
     External(Box<dyn std::error::Error + Send + Sync>),
+    /// The request lies outside the domain the implementation serves: a
+    /// call its callers never make (a pipeline that only ever appends and
+    /// re-denoises its latest chunk has no answer for a gap). Not a refusal
+    /// of the contract and not a failure: a harness stops judging the case
+    /// at this op, and the implementation must be left as it was.
+    #[error("outside the implementation's domain: {reason}")]
+    Outside {
+        /// Why the request is outside, in the implementation's words.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -80,7 +80,7 @@ fn main() {
         settings.configure_oracle(&Oracle::relations(None)),
     ];
     let mut spent = [Duration::ZERO; 2];
-    let mut work = [Work::default(); 2];
+    let mut work: [Work; 2] = Default::default();
     let mut passes = [0usize; 2];
     while spent.iter().any(|s| s.as_secs_f64() < seconds) {
         for (i, oracle) in oracles.iter().enumerate() {

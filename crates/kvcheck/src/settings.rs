@@ -116,6 +116,12 @@ pub const KNOBS: &[Knob] = &[
         meaning: "compare an `exec:` subject's error kinds exactly (`--exact-kinds`)",
     },
     Knob {
+        var: "KVCHECK_STRICT_DOMAIN",
+        kind: Kind::Flag,
+        default: "no",
+        meaning: "every *outside* answer of an `exec:` subject is a divergence (`--strict-domain`)",
+    },
+    Knob {
         var: "KVCHECK_RELATION_INSTANCES",
         kind: Kind::Count,
         default: "2",
@@ -194,6 +200,12 @@ pub struct Settings {
     /// `KVCHECK_EXACT_KINDS` (`1`, `true`, `yes` or `0`, `false`, `no`),
     /// default `false`.
     pub exact_kinds: bool,
+    /// Whether every *outside* answer of an `exec:` subject is a
+    /// divergence, its declared domain ignored (`--strict-domain`).
+    ///
+    /// `KVCHECK_STRICT_DOMAIN` (a flag like `KVCHECK_EXACT_KINDS`),
+    /// default `false`.
+    pub strict_domain: bool,
     /// Instances of each relation checked per trace (`--oracle self`).
     ///
     /// `KVCHECK_RELATION_INSTANCES`, default 2
@@ -226,6 +238,7 @@ impl Default for Settings {
             explore_depth: crate::engine::explore::DEFAULT_DEPTH,
             subject_timeout: crate::subject::DEFAULT_TIMEOUT,
             exact_kinds: false,
+            strict_domain: false,
             relation_instances: crate::engine::relation::DEFAULT_INSTANCES,
             failures_dir: failures_dir(None),
         }
@@ -263,6 +276,7 @@ impl Settings {
             subject_timeout: seconds("KVCHECK_SUBJECT_TIMEOUT", &var)?
                 .unwrap_or(defaults.subject_timeout),
             exact_kinds: flag("KVCHECK_EXACT_KINDS", &var)?,
+            strict_domain: flag("KVCHECK_STRICT_DOMAIN", &var)?,
             relation_instances: count("KVCHECK_RELATION_INSTANCES", &var)?
                 .unwrap_or(defaults.relation_instances),
             failures_dir: failures_dir(var("CARGO_TARGET_DIR")),
@@ -279,7 +293,9 @@ impl Settings {
     /// `subject` with the `exec:` options of these settings (response
     /// timeout, exact kinds); other subjects are returned unchanged.
     pub fn configure_subject(&self, subject: SubjectSpec) -> SubjectSpec {
-        subject.with_exec_options(Some(self.subject_timeout), self.exact_kinds)
+        subject
+            .with_exec_options(Some(self.subject_timeout), self.exact_kinds)
+            .with_strict_domain(self.strict_domain)
     }
 
     /// `oracle` with the options of these settings: the `exec:` options for
@@ -490,6 +506,7 @@ mod tests {
             ("KVCHECK_EXPLORE_DEPTH", "2"),
             ("KVCHECK_SUBJECT_TIMEOUT", "0.5"),
             ("KVCHECK_EXACT_KINDS", "yes"),
+            ("KVCHECK_STRICT_DOMAIN", "1"),
             ("KVCHECK_RELATION_INSTANCES", "4"),
             ("CARGO_TARGET_DIR", "/tmp/t"),
         ];
@@ -515,6 +532,7 @@ mod tests {
                 explore_depth: 2,
                 subject_timeout: Duration::from_millis(500),
                 exact_kinds: true,
+                strict_domain: true,
                 relation_instances: 4,
                 failures_dir: PathBuf::from("/tmp/t/kvcheck-failures"),
             }

@@ -59,6 +59,12 @@ pub enum DivergenceKind {
     /// The subject and another implementation (`--oracle SUBJECT`) show a
     /// caller different things at the same step.
     Differential,
+    /// The subject answered *outside its domain* under `--strict-domain`,
+    /// which takes the subject for one that serves the whole contract.
+    Outside,
+    /// The subject answered *outside its domain* to a request its declared
+    /// domain admits: the declaration is wrong, or hides a bug.
+    Domain,
     /// The op needs a capability the subject lacks, so it was not sent.
     /// Engines never generate such ops and replay reports such traces as
     /// skipped; it reaches a report only from a caller that did not check.
@@ -84,6 +90,8 @@ impl DivergenceKind {
             DivergenceKind::Timeout => "timeout",
             DivergenceKind::Protocol => "protocol",
             DivergenceKind::Unsupported => "unsupported",
+            DivergenceKind::Outside => "outside",
+            DivergenceKind::Domain => "domain_violation",
             DivergenceKind::Relation(relation) => relation.kind_name(),
             DivergenceKind::Differential => "differential",
         }
@@ -443,7 +451,9 @@ pub fn decode_row(config: &Config, ops: &[Op], kv: Kv, batch: usize, values: &[f
 /// uses: the adapter's own failure is never the cache's refusal.
 pub fn misbehaviour(failure: &SubjectFailure) -> Option<DivergenceKind> {
     match failure {
-        SubjectFailure::Refused { .. } | SubjectFailure::Exception { .. } => None,
+        SubjectFailure::Refused { .. }
+        | SubjectFailure::Exception { .. }
+        | SubjectFailure::Outside { .. } => None,
         SubjectFailure::Adapter { .. } | SubjectFailure::Protocol { .. } => {
             Some(DivergenceKind::Protocol)
         }

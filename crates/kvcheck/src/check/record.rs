@@ -12,11 +12,11 @@ use std::ops::Range;
 
 use candle_core::Device;
 use kvcache::KvCache;
-use kvmodel::{Config, ErrorKind, Op, Write};
+use kvmodel::{Config, ErrorKind, Model, Op, Write};
 
 use crate::check::divergence::{misbehaviour, DivergenceKind};
 use crate::check::payload::{mixed_write_tensors, payload_rows};
-use crate::subject::{tensor_bytes, SubjectFailure, SubjectSpec};
+use crate::subject::{tensor_bytes, Latest, SubjectFailure, SubjectSpec};
 
 /// Payload elements above which a write is sent with an empty payload: a
 /// request that large must be refused before its payload is looked at.
@@ -182,6 +182,10 @@ pub struct Transcript {
     /// The subject's misbehaviour (crash, timeout, protocol, a view that
     /// cannot be read), which ended the run at `seen.len()`.
     pub failure: Option<(DivergenceKind, String)>,
+    /// Where the run left the subject's domain (an op outside its declared
+    /// domain, not sent, or one it answered *outside*), which ended it at
+    /// `seen.len()` without a verdict: the reason.
+    pub cut: Option<String>,
 }
 
 impl Transcript {
@@ -218,7 +222,24 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
     let capabilities = subject.capabilities()?;
     let mut cache = subject.open(&plan.config, &device)?;
     let mut transcript = Transcript::default();
+    let strict = subject.strict_domain();
+    // The domain is a property of the ops alone: the contract's state
+    // before each op says whether the declaration admits it.
+    let domain = capabilities.domain.as_ref().filter(|_| !strict);
+    let mut model = Model::new(&plan.config).ok();
+    let mut latest = Latest::default();
     for (index, step) in plan.steps.iter().enumerate() {
+        if let (Some(domain), Some(model)) = (domain, model.as_ref()) {
+            if let Err(excluded) = domain.admits(model, latest, &step.op) {
+                transcript.cut = Some(excluded.to_string());
+                return Ok(transcript);
+            }
+        }
+        if let Some(model) = model.as_mut() {
+            let before = model.global_end();
+            let ok = model.apply(index as u64, &step.op).is_ok();
+            latest.follow(before, &step.op, ok);
+        }
         cache.begin_op(index as u64);
         let result = match &step.op {
             Op::Write(w) => write(cache.as_mut(), &plan.config, &device, w, step.payload)
@@ -235,6 +256,21 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
                     v.v.clear();
                 }
                 Seen::Ok { global_end, view }
+            }
+            Err(kvcache::Error::Outside { reason }) => {
+                let answer = format!("outside its domain ({reason})");
+                if strict || domain.is_some() {
+                    // Under --strict-domain, or inside the declared domain.
+                    let kind = if strict {
+                        DivergenceKind::Outside
+                    } else {
+                        DivergenceKind::Domain
+                    };
+                    transcript.failure = Some((kind, answer));
+                } else {
+                    transcript.cut = Some(answer);
+                }
+                return Ok(transcript);
             }
             Err(error) => match refusal(&error) {
                 Ok(seen) => seen,

@@ -246,6 +246,21 @@ pub enum CliError {
     /// (reported).
     #[error("a relation failed on the correct cache")]
     FalsePositive,
+    /// `run`: fewer ops were judged than the floor: a subject that answers
+    /// `outside` to (nearly) everything cannot pass.
+    #[error(
+        "only {judged} ops judged, fewer than --min-judged {floor}: the subject answered outside its domain to {outside} of {drawn} drawn ops; declare its domain or check that it serves the requests it declares"
+    )]
+    TooFewJudged {
+        /// Ops judged.
+        judged: u64,
+        /// The floor.
+        floor: u64,
+        /// Drawn ops outside the domain.
+        outside: u64,
+        /// Drawn ops.
+        drawn: u64,
+    },
     /// `merge`: some shards of the campaign are absent, so the totals are
     /// partial (reported).
     #[error("shards {} are absent", .0.join(" "))]
@@ -266,6 +281,7 @@ impl CliError {
             | CliError::EventsMissed(_)
             | CliError::PowerVerdict { .. }
             | CliError::FalsePositive
+            | CliError::TooFewJudged { .. }
             | CliError::ShardsAbsent(_) => EXIT_MISMATCH,
             CliError::Setting(_)
             | CliError::OracleSetting(_)
@@ -311,6 +327,7 @@ impl CliError {
                 | CliError::EventsMissed(_)
                 | CliError::PowerVerdict { .. }
                 | CliError::FalsePositive
+                | CliError::TooFewJudged { .. }
                 | CliError::ShardsAbsent(_)
                 | CliError::Unreadable { .. }
         )
@@ -339,6 +356,12 @@ mod tests {
             CliError::EventsMissed(vec!["evict".into()]),
             CliError::FalsePositive,
             CliError::ShardsAbsent(vec!["2/2".into()]),
+            CliError::TooFewJudged {
+                judged: 0,
+                floor: 100,
+                outside: 40,
+                drawn: 40,
+            },
             CliError::PowerVerdict {
                 escaped: vec!["roll-one-short".into()],
                 false_positives: Vec::new(),

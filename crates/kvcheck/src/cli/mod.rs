@@ -181,6 +181,12 @@ pub struct SubjectArgs {
     /// refusal agrees with any refusal].
     #[arg(long)]
     exact_kinds: bool,
+    /// Every `outside` answer of an `exec:` subject is a divergence and
+    /// its declared domain is ignored: for a cache that claims the whole
+    /// contract [default: $KVCHECK_STRICT_DOMAIN, else an `outside`
+    /// answer cuts the case there, see docs/subject-protocol.md].
+    #[arg(long)]
+    strict_domain: bool,
     /// What the subject is checked against: `model` (the reference model,
     /// op by op), `self` (its own transformed runs: the relations of
     /// docs/contract.md §9, no model; `self:M9` checks one), or another subject in
@@ -224,7 +230,10 @@ impl SubjectArgs {
     /// The subject with the timeout and kinds options applied.
     pub fn spec(&self) -> kvcheck::subject::SubjectSpec {
         let (timeout, exact) = self.exec_options();
-        self.subject.clone().with_exec_options(timeout, exact)
+        self.subject
+            .clone()
+            .with_exec_options(timeout, exact)
+            .with_strict_domain(self.strict_domain || self.settings.strict_domain)
     }
 
     /// The oracle chosen (the model when none is); another subject gets

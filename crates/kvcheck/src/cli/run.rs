@@ -54,6 +54,10 @@ pub struct Args {
     /// combines the shards' --json reports.
     #[arg(long, default_value = "1/1")]
     shard: Shard,
+    /// Fail when fewer ops than this were judged: a subject that answers
+    /// `outside` to (nearly) every request cannot pass. 0 turns it off.
+    #[arg(long, default_value_t = 100)]
+    min_judged: u64,
     /// Also write the report as JSON to this file (for `kvcheck merge`).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -234,6 +238,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
                         .collect(),
                     coverage: t.coverage.clone(),
                     judged: judged_rows(&t.judged),
+                    domain: t.domain.clone(),
                 }
             })
             .collect(),
@@ -246,7 +251,22 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
             .save(path)
             .map_err(CliError::WriteReport)?;
     }
-    print_tables(&report)
+    print_tables(&report)?;
+    let judged: u64 = report.profiles.iter().map(|p| p.ops).sum();
+    let domain = report.domain();
+    // A short --cases run may judge few ops for good reasons: the floor
+    // holds only where the subject left its domain.
+    if judged < args.min_judged && domain.cuts > 0 {
+        let error = CliError::TooFewJudged {
+            judged,
+            floor: args.min_judged,
+            outside: domain.outside,
+            drawn: domain.drawn,
+        };
+        println!("{error}");
+        return Err(error);
+    }
+    Ok(())
 }
 
 /// Saves the first divergence's trace, minimizes it once against the
@@ -380,6 +400,9 @@ pub fn print_tables(report: &RunReport) -> Result<(), CliError> {
     }
     let total: u64 = report.profiles.iter().map(|p| p.ops).sum();
     println!("\n{total} ops checked in {:.1} s", report.elapsed_s);
+    if let Some(line) = report.domain().summary() {
+        println!("{line}");
+    }
     let found: u64 = report.profiles.iter().map(|p| p.divergences).sum();
     if found == 0 {
         println!("no divergences");

@@ -41,11 +41,11 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
 use crate::check::coverage::Coverage;
 use crate::check::divergence::Divergence;
-use crate::check::lockstep::{Lockstep, SetupError};
+use crate::check::lockstep::{Cut, Lockstep, SetupError};
 use crate::engine::oracle::Oracle;
 use crate::engine::relation::{NotChecked, OracleEnvError};
 use crate::engine::strategy::{
-    ops, profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
+    profile_configs, profile_support, required_events, Profile, RefState, PROFILES,
 };
 use crate::settings::{SettingError, Settings};
 use crate::subject::{Capabilities, SubjectEnvError, SubjectFailure, SubjectSpec, Unsupported};
@@ -326,6 +326,8 @@ families! {
     Half => 7,
     /// Profile `packed`.
     Packed => 8,
+    /// Profile `pipeline`.
+    Pipeline => 9,
 }
 
 /// The model side.
@@ -343,7 +345,13 @@ impl<F: Family> ReferenceStateMachine for KvReference<F> {
     }
 
     fn transitions(state: &RefState) -> BoxedStrategy<Op> {
-        ops(state)
+        (F::PROFILE.ops)(state)
+    }
+
+    /// Inside the subject's declared domain: shaped draws stay inside, and
+    /// shrinking never leaves it.
+    fn preconditions(state: &RefState, op: &Op) -> bool {
+        state.admits(op)
     }
 
     fn apply(mut state: RefState, op: &Op) -> RefState {
@@ -621,6 +629,21 @@ pub struct CaseOutcome {
     pub divergence: Option<Box<Divergence>>,
     /// What each relation judged (nothing against the model).
     pub judged: crate::engine::relation::Judged,
+    /// Ops drawn for the case.
+    pub drawn: usize,
+    /// Where the case left the subject's domain, if it did: the ops from
+    /// there on were drawn but not judged.
+    pub cut: Option<Cut>,
+}
+
+impl CaseOutcome {
+    /// Drawn ops that were not judged because the case left the subject's
+    /// domain.
+    pub fn outside(&self) -> usize {
+        self.cut
+            .as_ref()
+            .map_or(0, |cut| self.drawn.saturating_sub(cut.step))
+    }
 }
 
 /// Draws one op sequence of family `F` from `runner` and checks it on the
@@ -672,20 +695,34 @@ pub fn run_case_on<F: Family>(
     subject: &SubjectSpec,
 ) -> Result<CaseOutcome, CaseError> {
     let (config, transitions) = draw_case::<F>(runner, max_ops, subject)?;
-    let mut lockstep = Lockstep::open(&config, subject, &Device::Cpu)?;
     let mut outcome = CaseOutcome {
         ops_checked: 0,
         coverage: Coverage::default(),
         divergence: None,
         judged: Default::default(),
+        drawn: transitions.len(),
+        cut: None,
+    };
+    let mut lockstep = match Lockstep::open(&config, subject, &Device::Cpu) {
+        Ok(lockstep) => lockstep,
+        Err(SetupError::Outside { reason }) => {
+            let reason = format!("the configuration is outside its domain ({reason})");
+            outcome.cut = Some(Cut::at(&config, &transitions, 0, reason, true));
+            return Ok(outcome);
+        }
+        Err(e) => return Err(e.into()),
     };
     for op in &transitions {
-        outcome.ops_checked += 1;
         if let Err(divergence) = lockstep.step(op) {
             outcome.divergence = Some(divergence);
             break;
         }
+        if lockstep.cut().is_some() {
+            break;
+        }
     }
+    outcome.ops_checked = lockstep.judged();
+    outcome.cut = lockstep.cut().cloned();
     outcome.coverage = lockstep.coverage().clone();
     Ok(outcome)
 }

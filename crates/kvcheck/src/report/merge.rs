@@ -42,6 +42,7 @@ pub(super) fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportErr
                 q.divergences += p.divergences;
                 q.coverage.merge(&p.coverage);
                 merge_judged(&mut q.judged, &p.judged);
+                q.domain.add(&p.domain);
             }
             None => a.profiles.push(p),
         }

@@ -10,6 +10,8 @@
 
 use std::path::Path;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::check::coverage::Coverage;
@@ -168,6 +170,102 @@ pub struct ProfileReport {
     /// compared (empty against the model or another subject).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judged: Vec<RelationJudged>,
+    /// Drawn ops and those outside the subject's domain.
+    #[serde(default, skip_serializing_if = "DomainTally::is_empty")]
+    pub domain: DomainTally,
+}
+
+/// How much of what a campaign drew lay outside the subject's domain.
+///
+/// A case that leaves the subject's domain is judged up to the op that
+/// left it and cut there; the ops from there on were drawn for nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainTally {
+    /// Ops drawn (judged or not).
+    pub drawn: u64,
+    /// Drawn ops not judged because their case left the subject's domain.
+    pub outside: u64,
+    /// Cases cut where they left the subject's domain.
+    pub cuts: u64,
+    /// For the cut cases: the declaration that would have kept the cut op
+    /// from being drawn, and how many cuts it names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub declarations: BTreeMap<String, u64>,
+}
+
+/// Above this share of drawn ops outside the subject's domain, a run warns
+/// and names the declaration that would keep its draws inside.
+pub const OUTSIDE_WARNING: f64 = 0.20;
+
+impl DomainTally {
+    /// Whether nothing was drawn.
+    pub fn is_empty(&self) -> bool {
+        self.drawn == 0
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &DomainTally) {
+        self.drawn += other.drawn;
+        self.outside += other.outside;
+        self.cuts += other.cuts;
+        for (declaration, n) in &other.declarations {
+            *self.declarations.entry(declaration.clone()).or_default() += n;
+        }
+    }
+
+    /// Counts one case: `drawn` ops, cut at `cut` (with the declaration
+    /// that would have kept the cut op out) or judged whole.
+    pub fn count(&mut self, drawn: usize, cut: Option<(usize, Option<&str>)>) {
+        self.drawn += drawn as u64;
+        if let Some((step, declaration)) = cut {
+            self.cuts += 1;
+            self.outside += drawn.saturating_sub(step) as u64;
+            if let Some(declaration) = declaration {
+                *self
+                    .declarations
+                    .entry(declaration.to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    /// The share of drawn ops outside the domain (0 when nothing was drawn).
+    pub fn share(&self) -> f64 {
+        self.outside as f64 / self.drawn.max(1) as f64
+    }
+
+    /// The line a run prints: how many drawn ops lay outside, and above
+    /// [`OUTSIDE_WARNING`] a warning naming the declaration that would
+    /// have kept most of the cut ops from being drawn. `None` when no case
+    /// was cut.
+    pub fn summary(&self) -> Option<String> {
+        if self.cuts == 0 {
+            return None;
+        }
+        let mut line = format!(
+            "outside the subject's domain: {} of {} drawn ops ({:.1}%), {} cases cut there",
+            self.outside,
+            self.drawn,
+            100.0 * self.share(),
+            self.cuts
+        );
+        if self.share() > OUTSIDE_WARNING {
+            line.push_str(&format!(
+                "
+warning: more than {:.0}% of the drawn ops were outside the subject's domain",
+                100.0 * OUTSIDE_WARNING
+            ));
+            let top = self.declarations.iter().max_by_key(|(_, n)| **n);
+            match top {
+                Some((declaration, n)) => line.push_str(&format!(
+                    "; declaring {{{declaration}}} in its domain would keep {n} of the {} cut ops from being drawn (docs/subject-protocol.md, domain)",
+                    self.cuts
+                )),
+                None => line.push_str("; declare its domain (docs/subject-protocol.md, domain)"),
+            }
+        }
+        Some(line)
+    }
 }
 
 /// What one relation judged in a campaign's profile.
@@ -194,6 +292,17 @@ pub fn merge_judged(total: &mut Vec<RelationJudged>, rows: &[RelationJudged]) {
             }
             None => total.push(row.clone()),
         }
+    }
+}
+
+impl RunReport {
+    /// Every profile's [`DomainTally`] added up.
+    pub fn domain(&self) -> DomainTally {
+        let mut total = DomainTally::default();
+        for p in &self.profiles {
+            total.add(&p.domain);
+        }
+        total
     }
 }
 

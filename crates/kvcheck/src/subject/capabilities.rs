@@ -11,6 +11,8 @@
 use kvmodel::{Config, Dtype, Op, Quant, Variant};
 use serde::{Deserialize, Serialize};
 
+use crate::subject::domain::Domain;
+
 /// The kinds of op of docs/contract.md §3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -134,6 +136,11 @@ pub struct Capabilities {
     /// whatever it says (see [`Capabilities::reported`]). Empty in
     /// [`Capabilities::full`], whose internals report both.
     pub reports: Reports,
+    /// The requests it can be asked ([`Domain`]), when it declares them:
+    /// engines draw only inside, and an *outside* answer to a request
+    /// inside is a domain violation. `None`: it declares nothing and is
+    /// asked everything, and an *outside* answer cuts the case.
+    pub domain: Option<Domain>,
 }
 
 impl Capabilities {
@@ -148,6 +155,7 @@ impl Capabilities {
             view: true,
             internals: true,
             reports: Reports::default(),
+            domain: None,
         }
     }
 
@@ -182,6 +190,10 @@ impl Capabilities {
             reports: Reports {
                 capacity: self.reports.capacity && other.reports.capacity,
                 resident_bytes: self.reports.resident_bytes && other.reports.resident_bytes,
+            },
+            domain: match (&self.domain, &other.domain) {
+                (Some(a), Some(b)) => Some(a.intersect(b)),
+                (a, b) => a.clone().or_else(|| b.clone()),
             },
         }
     }
@@ -307,6 +319,7 @@ mod tests {
             view: false,
             internals: false,
             reports: Reports::default(),
+            domain: None,
         }
     }
 

@@ -27,6 +27,7 @@
 //! [`Lockstep::open`]: crate::check::lockstep::Lockstep::open
 
 mod capabilities;
+pub mod domain;
 mod exec;
 mod factory;
 mod faults;
@@ -34,6 +35,7 @@ mod reference;
 mod shipped;
 
 pub use capabilities::{Capabilities, Feature, OpKind, Reports, Unsupported};
+pub use domain::{Domain, Excluded, Latest};
 pub use exec::{
     parse_timeout, tensor_bytes, tensor_from_bytes, ExecCache, ExecCommandError, ExecSubject,
     Hello, InvalidTimeout, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT,
@@ -259,9 +261,38 @@ impl SubjectSpec {
                     .expect("the command line was split before")
                     .with_timeout(timeout.unwrap_or(subject.timeout()));
                 fresh = fresh.with_exact_kinds(exact || subject.exact_kinds());
+                fresh = fresh.with_strict_domain(subject.strict_domain());
                 SubjectSpec::Exec(Arc::new(fresh))
             }
             other => other,
+        }
+    }
+
+    /// An external subject whose every *outside* answer is a divergence
+    /// and whose declared domain is ignored (`--strict-domain`), for a
+    /// cache that claims the whole contract. In-process subjects never
+    /// answer *outside* unless they say so themselves, and are returned
+    /// unchanged.
+    pub fn with_strict_domain(self, strict: bool) -> SubjectSpec {
+        match self {
+            SubjectSpec::Exec(subject) if strict && !subject.strict_domain() => {
+                let mut fresh = ExecSubject::new(subject.command())
+                    .expect("the command line was split before")
+                    .with_timeout(subject.timeout())
+                    .with_exact_kinds(subject.exact_kinds());
+                fresh = fresh.with_strict_domain(true);
+                SubjectSpec::Exec(Arc::new(fresh))
+            }
+            other => other,
+        }
+    }
+
+    /// Whether every *outside* answer is a divergence
+    /// ([`SubjectSpec::with_strict_domain`]).
+    pub fn strict_domain(&self) -> bool {
+        match self {
+            SubjectSpec::Exec(subject) => subject.strict_domain(),
+            _ => false,
         }
     }
 

@@ -11,7 +11,7 @@ use crate::subject::SubjectFailure;
 use crate::Lockstep;
 use candle_core::Tensor;
 use kvcache::Slot;
-use kvmodel::{Effect, Outcome, Variant, Write};
+use kvmodel::{Effect, Op, Outcome, Variant, Write};
 
 impl Lockstep {
     /// Completes a segmented view's check once its borrow of the cache has
@@ -115,6 +115,10 @@ impl Lockstep {
             (SubjectFailure::Refused { .. } | SubjectFailure::Exception { .. }, Outcome::Ok(_)) => {
                 DivergenceKind::Outcome
             }
+            // Callers take *outside* answers apart first (as
+            // `kvcache::Error::Outside`); one that reaches here is judged
+            // as under `--strict-domain`.
+            (SubjectFailure::Outside { .. }, _) => DivergenceKind::Outside,
             (SubjectFailure::Adapter { .. }, _)
             | (SubjectFailure::Crash { .. }, _)
             | (SubjectFailure::Timeout { .. }, _)
@@ -194,11 +198,13 @@ impl Lockstep {
             }
         };
         let ring = self.cache.ring().is_some();
+        let probe = Write::new(self.model.global_end() as i64, 0);
+        if config.variant == Variant::Dense && !self.admits(&Op::Write(probe)) {
+            // A probe the subject is never asked: nothing to probe it with.
+            return Ok(());
+        }
         let viewed = match config.variant {
-            Variant::Dense => {
-                let probe = Write::new(self.model.global_end() as i64, 0);
-                self.cache.write_segments(&probe, &empty, &empty)
-            }
+            Variant::Dense => self.cache.write_segments(&probe, &empty, &empty),
             Variant::Packed if self.capabilities.view => self.cache.view_segments(),
             // Nothing to probe a packed subject with.
             Variant::Packed => return Ok(()),
@@ -219,6 +225,21 @@ impl Lockstep {
                 );
                 drop(view);
                 self.check_layout(checked)
+            }
+            Err(kvcache::Error::Outside { reason }) => {
+                let declared = self.capabilities.domain.is_some();
+                if !(self.strict_domain || declared) {
+                    // The subject is never asked for this probe.
+                    return Ok(());
+                }
+                let kind = if self.strict_domain {
+                    DivergenceKind::Outside
+                } else {
+                    DivergenceKind::Domain
+                };
+                let expected = "an answer to the read-only probe".to_string();
+                let actual = format!("outside its domain ({reason})");
+                return Err(self.divergence(index, kind, expected, actual));
             }
             Err(e) if SubjectFailure::of(&e).is_some_and(SubjectFailure::is_misbehaviour) => {
                 let failure = SubjectFailure::of(&e).expect("checked");

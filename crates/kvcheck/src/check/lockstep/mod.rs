@@ -25,7 +25,7 @@ use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::{describe_outcome, Divergence, DivergenceKind};
 use crate::check::payload::{payload_rows, write_tensor, write_tensors, Kv};
 use crate::check::trace::Trace;
-use crate::subject::{open_cache, Capabilities, SubjectSpec, Unsupported};
+use crate::subject::{open_cache, Capabilities, Domain, Latest, SubjectSpec, Unsupported};
 use candle_core::Device;
 use kvcache::KvCache;
 use kvmodel::{CacheError, Config, Model, Op, Outcome, Variant, Write};
@@ -53,6 +53,62 @@ pub enum SetupError {
     /// check, not a divergence.
     #[error(transparent)]
     Unsupported(#[from] Unsupported),
+    /// The subject answered that the configuration lies outside its
+    /// domain ([`kvcache::Error::Outside`]): the case is cut before its
+    /// first op, not a divergence.
+    #[error("the configuration is outside the subject's domain: {reason}")]
+    Outside {
+        /// The subject's reason.
+        reason: String,
+    },
+}
+
+/// Where a case left the subject's domain: the op is not judged, and
+/// nothing after it is sent (see [`Lockstep::cut`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// Index of the op.
+    pub step: usize,
+    /// The op.
+    pub op: Op,
+    /// Why: the subject's reason, or the declaration that leaves the op out.
+    pub reason: String,
+    /// Whether the subject answered *outside* (else the op lies outside
+    /// its declared domain and was never sent).
+    pub answered: bool,
+    /// The declaration that would keep such ops from being drawn
+    /// ([`Domain::suggest`]), when there is one.
+    pub suggestion: Option<&'static str>,
+}
+
+impl Cut {
+    /// The cut of `ops` on `config` at `step`, answered *outside* by the
+    /// subject (`answered`) or left out by its declaration, with the
+    /// declaration that would keep such ops from being drawn.
+    pub fn at(config: &Config, ops: &[Op], step: usize, reason: String, answered: bool) -> Cut {
+        let (model, latest) = state_before(config, ops, step);
+        let op = ops.get(step).copied().unwrap_or(Op::Reset);
+        Cut {
+            step,
+            op,
+            reason,
+            answered,
+            suggestion: Domain::suggest(&model, latest, &op),
+        }
+    }
+}
+
+/// The contract's state before op `index` of `ops` (rebuilt only when a
+/// case is cut, to name a declaration). `config` must be valid.
+fn state_before(config: &Config, ops: &[Op], index: usize) -> (Model, Latest) {
+    let mut model = Model::new(config).expect("the model opened it");
+    let mut latest = Latest::default();
+    for (i, op) in ops[..index.min(ops.len())].iter().enumerate() {
+        let before = model.global_end();
+        let ok = model.apply(i as u64, op).is_ok();
+        latest.follow(before, op, ok);
+    }
+    (model, latest)
 }
 
 /// How the driver compares a view's values with what the model's writers
@@ -88,6 +144,9 @@ pub struct Lockstep {
     capabilities: Capabilities,
     exact_kinds: bool,
     value_check: ValueCheck,
+    latest: Latest,
+    cut: Option<Cut>,
+    strict_domain: bool,
 }
 
 impl Lockstep {
@@ -132,12 +191,14 @@ impl Lockstep {
             .capabilities()
             .map_err(|f| SetupError::CacheRefused(f.into_cache_error()))?;
         capabilities.supports_config(config)?;
-        let cache = subject
-            .open(config, device)
-            .map_err(SetupError::CacheRefused)?;
+        let cache = subject.open(config, device).map_err(|e| match e {
+            kvcache::Error::Outside { reason } => SetupError::Outside { reason },
+            e => SetupError::CacheRefused(e),
+        })?;
         let mut run = Self::assemble(model, cache, &subject.name(config), device);
         run.capabilities = capabilities;
         run.exact_kinds = subject.exact_kinds();
+        run.strict_domain = subject.strict_domain();
         Ok(run)
     }
 
@@ -157,7 +218,89 @@ impl Lockstep {
             capabilities: Capabilities::full(),
             exact_kinds: true,
             value_check: ValueCheck::default(),
+            latest: Latest::default(),
+            cut: None,
+            strict_domain: false,
         }
+    }
+
+    /// Takes every *outside* answer for a divergence
+    /// ([`DivergenceKind::Outside`]) and sends every op, whatever domain
+    /// the subject declares: for a cache that claims the whole contract.
+    pub fn set_strict_domain(&mut self, strict: bool) {
+        self.strict_domain = strict;
+    }
+
+    /// Where the case left the subject's domain, if it did: that op and
+    /// every later one are not judged. [`Lockstep::step`] keeps applying
+    /// later ops to the model alone and returns its outcomes, so a caller
+    /// that steps on gets no divergence from them.
+    pub fn cut(&self) -> Option<&Cut> {
+        self.cut.as_ref()
+    }
+
+    /// Ops judged so far: every op before the cut, or every op.
+    pub fn judged(&self) -> usize {
+        self.cut.as_ref().map_or(self.ops.len(), |c| c.step)
+    }
+
+    /// The domain ops are kept inside: the declared one, unless the run is
+    /// strict.
+    fn domain(&self) -> Option<&Domain> {
+        self.capabilities
+            .domain
+            .as_ref()
+            .filter(|_| !self.strict_domain)
+    }
+
+    /// Whether the subject's declared domain (if any) admits `op` next.
+    pub fn admits(&self, op: &Op) -> bool {
+        self.domain()
+            .is_none_or(|d| d.admits(&self.model, self.latest, op).is_ok())
+    }
+
+    /// `op` moved inside the subject's declared domain ([`Domain::shape`]);
+    /// `op` itself without a declaration.
+    pub fn shape(&self, op: Op) -> Op {
+        match self.domain() {
+            Some(d) => d.shape(&self.model, self.latest, op),
+            None => op,
+        }
+    }
+
+    /// The subject answered *outside* to op `index`: a divergence with
+    /// `--strict-domain` ([`DivergenceKind::Outside`]) or where its declared
+    /// domain admits the op ([`DivergenceKind::Domain`]); otherwise the
+    /// case is cut there.
+    pub(super) fn answered_outside(
+        &mut self,
+        index: usize,
+        expected: &Outcome,
+        reason: String,
+    ) -> Result<(), Box<Divergence>> {
+        let op = self.ops[index];
+        let expected = describe_outcome(expected);
+        if self.strict_domain {
+            let actual = format!("outside its domain ({reason})");
+            return Err(self.divergence(index, DivergenceKind::Outside, expected, actual));
+        }
+        let (before, latest) = state_before(self.model.config(), &self.ops, index);
+        if let Some(domain) = &self.capabilities.domain {
+            if domain.admits(&before, latest, &op).is_ok() {
+                let actual = format!(
+                    "outside its domain ({reason}), though its declared domain admits {op}"
+                );
+                return Err(self.divergence(index, DivergenceKind::Domain, expected, actual));
+            }
+        }
+        self.cut = Some(Cut {
+            step: index,
+            op,
+            reason,
+            answered: true,
+            suggestion: Domain::suggest(&before, latest, &op),
+        });
+        Ok(())
     }
 
     /// Compares views with `check` from now on (see [`ValueCheck`]).
@@ -212,8 +355,30 @@ impl Lockstep {
     /// An op the subject cannot express is not sent: it comes back as an
     /// [`DivergenceKind::Unsupported`] report (engines check
     /// [`Capabilities::supports_op`] first and never get there).
+    ///
+    /// An op outside the subject's declared domain is not sent, and one the
+    /// subject answers *outside* is not judged: the case is cut there
+    /// ([`Lockstep::cut`]); later ops go to the model alone.
     pub fn step(&mut self, op: &Op) -> Result<Outcome, Box<Divergence>> {
         let index = self.ops.len();
+        if self.cut.is_some() {
+            self.ops.push(*op);
+            return Ok(self.model.apply(index as u64, op).into());
+        }
+        if let Some(excluded) = self
+            .domain()
+            .and_then(|d| d.admits(&self.model, self.latest, op).err())
+        {
+            self.cut = Some(Cut {
+                step: index,
+                op: *op,
+                reason: excluded.to_string(),
+                answered: false,
+                suggestion: Some(excluded.declaration),
+            });
+            self.ops.push(*op);
+            return Ok(self.model.apply(index as u64, op).into());
+        }
         self.ops.push(*op);
         if let Err(unsupported) = self.capabilities.supports_op(op) {
             let expected = describe_outcome(&self.model.clone().apply(index as u64, op).into());
@@ -226,6 +391,7 @@ impl Lockstep {
         }
         self.cache.begin_op(index as u64);
         let before = Before::of(&self.model);
+        let global_end = self.model.global_end();
         let expected: Outcome = self.model.apply(index as u64, op).into();
         match op {
             Op::Write(w) => self.step_write(index, w, &expected)?,
@@ -236,11 +402,23 @@ impl Lockstep {
                     Op::Pin { tokens } => self.cache.pin(*tokens),
                     _ => self.cache.reset(),
                 };
-                // The global end reported here and the cache's own are
-                // both compared: the first below, the second in check_state.
-                self.compare_outcome(index, &expected, actual)?;
+                match actual {
+                    Err(kvcache::Error::Outside { reason }) => {
+                        self.answered_outside(index, &expected, reason)?
+                    }
+                    // The global end reported here and the cache's own are
+                    // both compared: the first below, the second in check_state.
+                    actual => {
+                        self.compare_outcome(index, &expected, actual)?;
+                    }
+                }
             }
         }
+        if self.cut.is_some() {
+            return Ok(expected);
+        }
+        self.latest
+            .follow(global_end, op, expected.error_kind().is_none());
         self.check_state(index)?;
         if expected.error_kind().is_some() {
             self.probe(index)?;
@@ -305,6 +483,9 @@ impl Lockstep {
             (Ok(view), Outcome::Ok(effect)) => (view, effect.clone()),
             (actual, expected) => {
                 let actual = actual.map(|view| view.global_end);
+                if let Err(kvcache::Error::Outside { reason }) = actual {
+                    return self.answered_outside(index, expected, reason);
+                }
                 self.compare_outcome(index, expected, actual)?;
                 return Ok(());
             }

@@ -62,6 +62,8 @@ struct Expansion {
     children: Vec<(u64, Op)>,
     states: u64,
     transitions: u64,
+    /// Transitions the subject answered *outside*.
+    outside: u64,
     replayed_steps: u64,
     coverage: Coverage,
     divergence: Option<Box<Divergence>>,
@@ -190,6 +192,7 @@ impl<'e> Bfs<'e> {
                 };
                 self.report.states += expansion.states;
                 self.report.transitions += expansion.transitions;
+                self.report.outside += expansion.outside;
                 self.report.replayed_steps += expansion.replayed_steps;
                 self.coverage.merge(&expansion.coverage);
                 if let Some(divergence) = expansion.divergence {
@@ -291,6 +294,11 @@ impl<'e> Bfs<'e> {
             .ops_for(run.model(), &self.capabilities);
         let clean_len = run.ops().len();
         for op in ops {
+            // Requests the subject declares it is never asked are no
+            // transitions of its state space.
+            if !run.admits(&op) {
+                continue;
+            }
             let before = run.model().clone();
             x.transitions += 1;
             let outcome = match run.step(&op) {
@@ -314,6 +322,19 @@ impl<'e> Bfs<'e> {
                     continue;
                 }
             };
+            if run.cut().is_some() {
+                // Answered outside: not a state of the subject, and not
+                // expanded (the path to it leaves the subject's domain).
+                x.outside += 1;
+                run = match self.rebuild(&path, &mut x.replayed_steps) {
+                    Ok(run) => run,
+                    Err(d) => {
+                        x.divergence = Some(d);
+                        return x;
+                    }
+                };
+                continue;
+            }
             x.coverage.observe(&before, run.model(), &op, &outcome);
             x.states += 1;
             let failed = self.check_oracle(&path, op);

@@ -224,6 +224,9 @@ pub struct ExploreReport {
     pub distinct_states: u64,
     /// Ops checked from explored states.
     pub transitions: u64,
+    /// Transitions the subject answered *outside* its domain: not judged,
+    /// and the states past them not expanded.
+    pub outside: u64,
     /// Ops re-executed to rebuild states (the price of a non-`Clone` driver).
     pub replayed_steps: u64,
     /// New states left at the last completed depth (unexpanded).
@@ -250,6 +253,7 @@ impl ExploreReport {
             states: 0,
             distinct_states: 0,
             transitions: 0,
+            outside: 0,
             replayed_steps: 0,
             frontier: 0,
             timed_out: false,
@@ -291,6 +295,13 @@ impl fmt::Display for ExploreReport {
         writeln!(f, "states           {}", self.states)?;
         writeln!(f, "distinct states  {}", self.distinct_states)?;
         writeln!(f, "transitions      {}", self.transitions)?;
+        if self.outside > 0 {
+            writeln!(
+                f,
+                "outside          {} (answered outside the subject's domain, not expanded)",
+                self.outside
+            )?;
+        }
         writeln!(f, "replayed steps   {}", self.replayed_steps)?;
         writeln!(f, "elapsed          {:.2?}", self.elapsed)?;
         writeln!(f, "states/s         {:.0}", self.states_per_second())

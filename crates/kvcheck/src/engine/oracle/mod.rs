@@ -388,11 +388,14 @@ pub fn run_case(
     let (config, ops) = oracle.draw(profile, runner, max_ops, subject)?;
     let mut work = Work::default();
     let divergence = oracle.check_counted(&config, &ops, subject, &mut work)?;
+    let judged = work.cut.as_ref().map_or(ops.len(), |cut| cut.step);
     Ok(CaseOutcome {
-        ops_checked: ops.len(),
-        coverage: model_coverage(&config, &ops),
+        ops_checked: judged,
+        coverage: model_coverage(&config, &ops[..judged]),
         divergence,
         judged: work.judged,
+        drawn: ops.len(),
+        cut: work.cut,
     })
 }
 

@@ -8,7 +8,7 @@ use kvmodel::{Config, Op};
 
 use super::{Judge, Oracle};
 use crate::check::divergence::Divergence;
-use crate::check::lockstep::{Lockstep, SetupError};
+use crate::check::lockstep::{Cut, Lockstep, SetupError};
 use crate::check::trace::OracleTag;
 use crate::engine::relation::{NotChecked, OracleError, Work};
 use crate::subject::SubjectSpec;
@@ -46,14 +46,21 @@ impl Judge for ModelJudge {
         subject: &SubjectSpec,
         work: &mut Work,
     ) -> Result<Option<Box<Divergence>>, NotChecked> {
-        let mut lockstep = Lockstep::open(config, subject, &Device::Cpu).map_err(|e| match e {
-            SetupError::Unsupported(e) => NotChecked::Unsupported(e),
-            e => NotChecked::Setup(e.to_string()),
-        })?;
+        let mut lockstep = match Lockstep::open(config, subject, &Device::Cpu) {
+            Ok(lockstep) => lockstep,
+            Err(SetupError::Outside { reason }) => {
+                let reason = format!("the configuration is outside its domain ({reason})");
+                work.cut = Some(Cut::at(config, ops, 0, reason, true));
+                return Ok(None);
+            }
+            Err(SetupError::Unsupported(e)) => return Err(NotChecked::Unsupported(e)),
+            Err(e) => return Err(NotChecked::Setup(e.to_string())),
+        };
         lockstep.capabilities().supports_trace(config, ops)?;
         let result = lockstep.run(ops).err();
         work.runs += 1;
-        work.ops += lockstep.ops().len();
+        work.ops += lockstep.judged();
+        work.cut = lockstep.cut().cloned();
         Ok(result)
     }
 }

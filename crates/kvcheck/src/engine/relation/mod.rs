@@ -32,6 +32,7 @@ pub mod transform;
 use kvmodel::{Config, Op};
 
 use crate::check::divergence::{Divergence, DivergenceKind};
+use crate::check::lockstep::Cut;
 use crate::check::record::{observe, Plan, Seen, Transcript};
 pub use crate::check::relation::Relation;
 use crate::check::trace::{OracleTag, Trace};
@@ -92,7 +93,7 @@ pub struct OracleEnvError {
 }
 
 /// What [`check`] did, for callers that count work.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Work {
     /// Runs of the subject (the original and every transformed one).
     pub runs: usize,
@@ -100,6 +101,12 @@ pub struct Work {
     pub ops: usize,
     /// What each relation judged.
     pub judged: Judged,
+    /// Where the checked trace left the subject's domain (its original
+    /// run, or either side of a differential one): the ops from there on
+    /// were not judged.
+    pub cut: Option<Cut>,
+    /// Transformed runs left out because they left the subject's domain.
+    pub instances_cut: usize,
 }
 
 /// Per relation (indexed like [`Relation::ALL`]): the traces it judged
@@ -221,6 +228,13 @@ pub fn find(
     capabilities.supports_trace(config, ops)?;
     let original = Plan::of(config, ops);
     let run = run_counted(subject, &original, work)?;
+    if let Some(reason) = &run.cut {
+        // Judged up to the cut: the relations see the prefix inside.
+        let step = run.seen.len();
+        work.cut = Some(Cut::at(config, ops, step, reason.clone(), true));
+        let found = find(config, &ops[..step], subject, relations, limit, work)?;
+        return Ok(found);
+    }
     let name = subject.name(config);
     let left = Side {
         title: "original run".to_string(),
@@ -243,6 +257,11 @@ pub fn find(
         let mut judged = false;
         for instance in instances(relation, &original, &run, &capabilities, limit) {
             let other = run_counted(subject, &instance.plan, work)?;
+            if other.cut.is_some() {
+                // The transformed run left the subject's domain: no verdict.
+                work.instances_cut += 1;
+                continue;
+            }
             let refused = |&t: &usize| other.seen.get(t).is_some_and(Seen::is_refused);
             if other.failure.is_none() && instance.required.iter().any(refused) {
                 // Outside the relation's domain on this subject.
@@ -254,6 +273,10 @@ pub fn find(
             let reference = match instance.base {
                 Some(plan) => {
                     let run = run_counted(subject, &plan, work)?;
+                    if run.cut.is_some() {
+                        work.instances_cut += 1;
+                        continue;
+                    }
                     work.judged.ops[relation.index()] += run.seen.len() as u64;
                     based = Side {
                         title: "the same ops with the rewrite's rows appended".to_string(),
@@ -355,6 +378,21 @@ pub fn find_differential(
     };
     let left = side(oracle, work)?;
     let right = side(subject, work)?;
+    let cut = [&left, &right]
+        .into_iter()
+        .filter_map(|side| {
+            side.run
+                .cut
+                .clone()
+                .map(|reason| (side.run.seen.len(), reason))
+        })
+        .min_by_key(|(step, _)| *step);
+    if let Some((step, reason)) = cut {
+        // Compared up to where either left its domain.
+        let found = find_differential(config, &ops[..step], subject, oracle, work)?;
+        work.cut = Some(Cut::at(config, ops, step, reason, true));
+        return Ok(found);
+    }
     let pairs = identity(ops.len());
     let mismatch = first_mismatch(config, &left.run, &right.run, &pairs, compared);
     if mismatch.is_none() && left.run.failure.is_none() && right.run.failure.is_none() {
@@ -376,7 +414,17 @@ fn run_counted(
     plan: &Plan,
     work: &mut Work,
 ) -> Result<Transcript, NotChecked> {
-    let run = observe(subject, plan).map_err(|e| NotChecked::Setup(e.to_string()))?;
+    let run = match observe(subject, plan) {
+        Ok(run) => run,
+        // A configuration outside the subject's domain: cut before op 0.
+        Err(ObserveError::Open(kvcache::Error::Outside { reason })) => Transcript {
+            cut: Some(format!(
+                "the configuration is outside its domain ({reason})"
+            )),
+            ..Transcript::default()
+        },
+        Err(e) => return Err(NotChecked::Setup(e.to_string())),
+    };
     work.runs += 1;
     work.ops += run.seen.len() + usize::from(run.failure.is_some());
     Ok(run)

@@ -31,6 +31,7 @@ use crate::engine::oracle::{run_case, Oracle};
 use crate::engine::relation::Judged;
 use crate::engine::strategy::PROFILES;
 use crate::engine::triage::Triage;
+use crate::report::DomainTally;
 use crate::subject::SubjectSpec;
 
 /// A checking campaign over some profiles.
@@ -71,10 +72,13 @@ pub struct ProfileTally {
     pub divergent: u64,
     /// What each relation judged (against `self` only).
     pub judged: Judged,
+    /// Drawn ops, and those outside the subject's domain.
+    pub domain: DomainTally,
 }
 
 impl ProfileTally {
     fn add(&mut self, other: &ProfileTally) {
+        self.domain.add(&other.domain);
         self.divergent += other.divergent;
         self.cases += other.cases;
         self.ops += other.ops;
@@ -118,6 +122,15 @@ impl CampaignOutcome {
     /// Cases checked over every profile.
     pub fn total_cases(&self) -> u64 {
         self.tallies.iter().map(|t| t.cases).sum()
+    }
+
+    /// Every profile's tally added up.
+    pub fn total(&self) -> ProfileTally {
+        let mut total = ProfileTally::default();
+        for tally in &self.tallies {
+            total.add(tally);
+        }
+        total
     }
 
     /// What each relation judged over every profile.
@@ -275,6 +288,8 @@ impl Campaign {
             tally.busy += case_started.elapsed();
             tally.cases += 1;
             tally.ops += outcome.ops_checked as u64;
+            let cut = outcome.cut.as_ref().map(|c| (c.step, c.suggestion));
+            tally.domain.count(outcome.drawn, cut);
             tally.coverage.merge(&outcome.coverage);
             tally.judged.merge(&outcome.judged);
             let ops = control

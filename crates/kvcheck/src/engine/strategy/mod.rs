@@ -22,7 +22,8 @@ use proptest::test_runner::TestRunner;
 
 mod profile;
 
-use crate::subject::{Capabilities, Feature, OpKind, Unsupported};
+use crate::subject::domain::Chunks;
+use crate::subject::{Capabilities, Feature, Latest, OpKind, Unsupported};
 pub use profile::*;
 
 /// The reference state the strategies look at: the model plus the last
@@ -31,8 +32,9 @@ pub use profile::*;
 pub struct RefState {
     /// The model after the ops so far.
     pub model: Model,
-    /// `(start, len)` of the last successful append.
-    pub last_append: Option<(u64, u64)>,
+    /// `(start, len)` of the last successful append since the last reset
+    /// or rewind: the chunk a pipeline would be denoising.
+    pub last_append: Latest,
     /// Ops applied so far (the next op's index).
     pub steps: u64,
     /// What the subject can express: the strategies draw nothing else.
@@ -51,7 +53,7 @@ impl RefState {
     pub fn for_subject(config: &Config, capabilities: Arc<Capabilities>) -> RefState {
         RefState {
             model: Model::new(config).expect("profiles generate valid configs"),
-            last_append: None,
+            last_append: Latest::default(),
             steps: 0,
             capabilities,
         }
@@ -62,13 +64,29 @@ impl RefState {
         let before = self.model.global_end();
         let ok = self.model.apply(self.steps, op).is_ok();
         self.steps += 1;
-        if let (true, Op::Write(w)) = (ok, op) {
-            if w.start as u64 == before && w.len > 0 {
-                self.last_append = Some((w.start as u64, w.len as u64));
-            }
-        }
-        if ok && matches!(op, Op::Rewind { .. } | Op::Reset) {
-            self.last_append = None;
+        self.last_append.follow(before, op, ok);
+    }
+
+    /// Whether the subject's declared domain (if any) admits `op` next: the
+    /// suites' precondition, which shrinking keeps too.
+    pub fn admits(&self, op: &Op) -> bool {
+        self.capabilities
+            .domain
+            .as_ref()
+            .is_none_or(|d| d.admits(&self.model, self.last_append, op).is_ok())
+    }
+}
+
+/// `strategy`'s ops moved inside the subject's declared domain
+/// ([`crate::subject::Domain::shape`]); unchanged without a declaration.
+fn within_domain(state: &RefState, strategy: BoxedStrategy<Op>) -> BoxedStrategy<Op> {
+    match &state.capabilities.domain {
+        None => strategy,
+        Some(domain) => {
+            let (domain, model, latest) = (domain.clone(), state.model.clone(), state.last_append);
+            strategy
+                .prop_map(move |op| domain.shape(&model, latest, op))
+                .boxed()
         }
     }
 }
@@ -114,14 +132,75 @@ fn weighted(
 ) -> BoxedStrategy<Op> {
     let arms: Vec<(u32, BoxedStrategy<Op>)> = arms
         .into_iter()
-        .filter(|(_, kind, _)| kind.is_none_or(|kind| caps.has_op(kind)))
+        .filter(|(weight, kind, _)| *weight > 0 && kind.is_none_or(|kind| caps.has_op(kind)))
         .map(|(weight, _, arm)| (weight, arm))
         .collect();
     Union::new_weighted(arms).boxed()
 }
 
-/// The ops to try next from `state`.
+/// The ops to try next from `state`, inside the subject's declared domain
+/// where it declares one.
 pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
+    within_domain(state, contract_ops(state))
+}
+
+/// The chunk loop of autoregressive video generation from `state`
+/// (profile `pipeline`): the first chunk of a video, denoising rewrites of
+/// the latest chunk (its clean re-run is one more), the next chunk, a probe
+/// of the view, a scene cut (the latest chunk pinned as the shot sink, or
+/// the frames before it dropped) and a reset between videos. A chunk keeps
+/// the length of the video's first one: a length the subject declares, else
+/// a divisor of `C − S`. Inside the subject's declared domain.
+pub fn pipeline_ops(state: &RefState) -> BoxedStrategy<Op> {
+    within_domain(state, chunk_loop(state))
+}
+
+fn chunk_loop(state: &RefState) -> BoxedStrategy<Op> {
+    let model = &state.model;
+    let caps = state.capabilities.as_ref();
+    let g = model.global_end() as i64;
+    let room = (model.capacity() - model.config().sink).max(1) as i64;
+    let lengths: Vec<i64> = match caps.domain.as_ref().map(|d| &d.chunks) {
+        Some(Chunks::Lengths(lengths)) if !lengths.is_empty() => {
+            lengths.iter().map(|&n| n as i64).collect()
+        }
+        Some(Chunks::Multiple(k)) if *k > 0 => vec![*k as i64],
+        _ => (1..=room.min(MAX_LEN)).filter(|n| room % n == 0).collect(),
+    };
+    let first = proptest::sample::select(lengths).prop_map(move |n| Op::write(g, n, None, None));
+    let Some((start, len)) = state.last_append.0 else {
+        return first.boxed();
+    };
+    let (start, len) = (start as i64, len as i64);
+    let shot = model.config().global_sink > 0 && start > 0;
+    let before = model
+        .evictable()
+        .iter()
+        .filter(|&&p| p < start as u64)
+        .count() as i64;
+    weighted(
+        caps,
+        vec![
+            (6, None, Just(Op::write(start, len, None, None)).boxed()),
+            (3, None, Just(Op::write(g, len, None, None)).boxed()),
+            (1, None, Just(Op::write(g, 0, None, None)).boxed()),
+            (
+                u32::from(shot),
+                Some(OpKind::Pin),
+                Just(Op::Pin { tokens: len }).boxed(),
+            ),
+            (
+                u32::from(shot && model.pin_range().is_none()),
+                Some(OpKind::Evict),
+                Just(Op::Evict { tokens: before }).boxed(),
+            ),
+            (1, Some(OpKind::Reset), Just(Op::Reset).boxed()),
+        ],
+    )
+}
+
+/// The ops of the whole contract to try next from `state`.
+fn contract_ops(state: &RefState) -> BoxedStrategy<Op> {
     let model = &state.model;
     let caps = state.capabilities.as_ref();
     let config = model.config();
@@ -140,7 +219,7 @@ pub fn ops(state: &RefState) -> BoxedStrategy<Op> {
     };
     let append = (lengths(c, s), heads.clone(), recent.clone())
         .prop_map(move |(n, h, r)| Op::write(g, n, h, r));
-    let denoise = match state.last_append {
+    let denoise = match state.last_append.0 {
         Some((start, len)) => (heads.clone(), recent.clone())
             .prop_map(move |(h, r)| Op::write(start as i64, len as i64, h, r))
             .boxed(),

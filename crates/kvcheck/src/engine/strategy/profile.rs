@@ -16,6 +16,9 @@ pub struct Profile {
     pub configs: fn() -> BoxedStrategy<Config>,
     /// Labelled events (see [`crate::check::coverage::EVENTS`]) it must reach.
     pub required: &'static [&'static str],
+    /// The ops it draws from a state ([`ops`] for every profile but
+    /// `pipeline`).
+    pub ops: fn(&RefState) -> BoxedStrategy<Op>,
 }
 
 pub(super) fn dtypes() -> BoxedStrategy<Dtype> {
@@ -115,6 +118,23 @@ pub(super) fn half_precision() -> BoxedStrategy<Config> {
         .boxed()
 }
 
+/// The geometry of autoregressive video generation: a sink of whole
+/// chunks (or none), a window of 2-4 chunks of 1-3 frames, and a shot sink
+/// (`global_sink = sink`) for scene cuts.
+pub(super) fn pipeline() -> BoxedStrategy<Config> {
+    (1..=3usize, 2..=4usize, 0..=1usize, any::<bool>())
+        .prop_map(|(chunk, blocks, sink_chunks, shot)| {
+            let sink = chunk * sink_chunks;
+            Config {
+                sink,
+                global_sink: if shot { sink } else { 0 },
+                head_dim: 2,
+                ..Config::dense(sink + chunk * blocks)
+            }
+        })
+        .boxed()
+}
+
 pub(super) fn packed() -> BoxedStrategy<Config> {
     let quant = prop_oneof![Just(Quant::None), Just(Quant::Int8), Just(Quant::Int4)];
     (
@@ -165,6 +185,7 @@ pub const PROFILES: &[Profile] = &[
         name: "tiny",
         about: "capacity 1-6, any sink, one head",
         configs: tiny,
+        ops,
         required: &[
             "append",
             "eviction",
@@ -184,12 +205,14 @@ pub const PROFILES: &[Profile] = &[
         name: "sinks",
         about: "capacity 4-12 with 1-3 sink tokens",
         configs: sinks,
+        ops,
         required: DENSE_CORE,
     },
     Profile {
         name: "window",
         about: "window below capacity, recent windows",
         configs: window,
+        ops,
         required: &[
             "append",
             "eviction",
@@ -203,6 +226,7 @@ pub const PROFILES: &[Profile] = &[
         name: "pins",
         about: "shot-sink pins with global_sink 0 or = sink",
         configs: pins,
+        ops,
         required: &[
             "append",
             "eviction",
@@ -216,30 +240,35 @@ pub const PROFILES: &[Profile] = &[
         name: "growth",
         about: "capacity doubling instead of eviction",
         configs: growth,
+        ops,
         required: &["append", "growth", "reset"],
     },
     Profile {
         name: "multi-head",
         about: "2-4 heads with head-range writes",
         configs: multi_head,
+        ops,
         required: &["append", "eviction", "head_range_write", "error:head_range"],
     },
     Profile {
         name: "batch2",
         about: "batch of two",
         configs: batch_two,
+        ops,
         required: DENSE_CORE,
     },
     Profile {
         name: "half",
         about: "f32, f16 and bf16 buffers",
         configs: half_precision,
+        ops,
         required: DENSE_CORE,
     },
     Profile {
         name: "packed",
         about: "packed cache: denoise pattern, keep 0-3, pack_sink, none/int8/int4",
         configs: packed,
+        ops,
         required: &[
             "append",
             "eviction",
@@ -248,6 +277,13 @@ pub const PROFILES: &[Profile] = &[
             "partly_evicted_chunk",
             "error:unsupported",
         ],
+    },
+    Profile {
+        name: "pipeline",
+        about: "the chunk loop of video generation: append, denoise rewrites, next chunk, scene cuts, reset",
+        configs: pipeline,
+        ops: pipeline_ops,
+        required: &["append", "eviction", "tail_rewrite", "pin", "reset"],
     },
 ];
 

@@ -47,6 +47,12 @@ pub enum SubjectFailure {
         /// Its message.
         message: String,
     },
+    /// `outside` (revision 3): the request lies outside the subject's
+    /// domain. Neither a refusal nor a failure: the case is cut there.
+    Outside {
+        /// The subject's reason.
+        reason: String,
+    },
     /// A line that is not JSON, a response of the wrong shape, a payload of
     /// the wrong length, or a process that could not be started.
     Protocol {
@@ -79,9 +85,14 @@ impl SubjectFailure {
         )
     }
 
-    /// Wrapped as a cache error, as the [`KvCache`](kvcache::KvCache) methods return it.
+    /// Wrapped as a cache error, as the [`KvCache`](kvcache::KvCache) methods
+    /// return it; an `outside` answer becomes [`kvcache::Error::Outside`],
+    /// the one form every engine reads whatever the subject's kind.
     pub fn into_cache_error(self) -> kvcache::Error {
-        kvcache::Error::External(Box::new(self))
+        match self {
+            SubjectFailure::Outside { reason } => kvcache::Error::Outside { reason },
+            other => kvcache::Error::External(Box::new(other)),
+        }
     }
 
     /// The failure inside a cache error, if it is one.
@@ -104,6 +115,7 @@ impl fmt::Display for SubjectFailure {
                 f,
                 "the adapter could not pass the request on ({kind}: {message})"
             )?,
+            SubjectFailure::Outside { reason } => write!(f, "outside its domain ({reason})")?,
             SubjectFailure::Crash { status, .. } => write!(f, "the subject crashed: {status}")?,
             SubjectFailure::Timeout { after, .. } => write!(
                 f,

@@ -40,6 +40,7 @@ pub struct ExecSubject {
     pub(super) argv: Vec<String>,
     pub(super) timeout: Duration,
     pub(super) exact_kinds: bool,
+    pub(super) strict_domain: bool,
     pub(super) idle: Mutex<Vec<Process>>,
     pub(super) hello: Mutex<Option<Hello>>,
     pub(super) spawned: AtomicUsize,
@@ -51,6 +52,7 @@ impl fmt::Debug for ExecSubject {
             .field("command", &self.command)
             .field("timeout", &self.timeout)
             .field("exact_kinds", &self.exact_kinds)
+            .field("strict_domain", &self.strict_domain)
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +77,7 @@ impl ExecSubject {
             argv,
             timeout: DEFAULT_TIMEOUT,
             exact_kinds: false,
+            strict_domain: false,
             idle: Mutex::new(Vec::new()),
             hello: Mutex::new(None),
             spawned: AtomicUsize::new(0),
@@ -92,6 +95,18 @@ impl ExecSubject {
     pub fn with_exact_kinds(mut self, exact: bool) -> ExecSubject {
         self.exact_kinds = exact;
         self
+    }
+
+    /// The same command with every *outside* answer taken for a
+    /// divergence and its declared domain ignored (`--strict-domain`).
+    pub fn with_strict_domain(mut self, strict: bool) -> ExecSubject {
+        self.strict_domain = strict;
+        self
+    }
+
+    /// Whether every *outside* answer is a divergence.
+    pub fn strict_domain(&self) -> bool {
+        self.strict_domain
     }
 
     /// The command line as given.

@@ -220,6 +220,7 @@ impl Process {
             values: false,
             view: false,
             reports: Vec::new(),
+            domain: None,
         });
         Ok(Hello {
             name: raw.name.unwrap_or_default(),
@@ -243,7 +244,7 @@ impl Process {
             Ok(response) => response,
             Err(e) => {
                 let problem = format!(
-                    "expected ok, err or exception ({e}), got {}",
+                    "expected ok, err, exception or outside ({e}), got {}",
                     excerpt(value.to_string().as_bytes())
                 );
                 return Err(self.protocol(problem));
@@ -251,6 +252,9 @@ impl Process {
         };
         match response {
             Response::Ok(body) => Ok(body),
+            Response::Outside(body) => Err(SubjectFailure::Outside {
+                reason: body.reason,
+            }),
             Response::Exception(body) if body.adapter => Err(SubjectFailure::Adapter {
                 kind: body.kind,
                 message: body.message,

@@ -1,6 +1,7 @@
 //! The wire types of kvcheck-subject/1 and the byte codec of tensors.
 
 use crate::subject::capabilities::{Capabilities, Feature, OpKind, Reports};
+use crate::subject::domain::Domain;
 use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 use kvmodel::{Dtype, Variant};
@@ -49,6 +50,8 @@ pub(super) struct RawCapabilities {
     pub(super) view: bool,
     #[serde(default)]
     pub(super) reports: Vec<Report>,
+    #[serde(default)]
+    pub(super) domain: Option<Domain>,
 }
 
 impl RawCapabilities {
@@ -79,6 +82,7 @@ impl RawCapabilities {
             view: self.view,
             internals: false,
             reports,
+            domain: self.domain,
         }
     }
 }
@@ -89,6 +93,14 @@ pub(super) enum Response {
     Ok(OkBody),
     Err(ErrBody),
     Exception(ExceptionBody),
+    Outside(OutsideBody),
+}
+
+/// Revision 3: the request lies outside the subject's domain.
+#[derive(Deserialize)]
+pub(super) struct OutsideBody {
+    #[serde(default)]
+    pub(super) reason: String,
 }
 
 #[derive(Deserialize)]

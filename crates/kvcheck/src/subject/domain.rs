@@ -1,0 +1,588 @@
+//! What a subject can be asked: its declared domain.
+//!
+//! A cache inside a video pipeline is never asked for a gap, a rewrite of
+//! anything but the chunk being denoised, or a chunk wider than its
+//! window. Such a subject answers a request it never gets with *outside*
+//! ([`kvcache::Error::Outside`], the protocol's `outside` answer): no
+//! divergence, the case is judged up to that op and cut there. A subject
+//! may also declare its [`Domain`] beside its capabilities; engines then
+//! draw only inside it ([`Domain::shape`]), never send an op outside it
+//! ([`Domain::admits`]), and take an *outside* answer to a request the
+//! domain admits for a domain violation. A subject that declares nothing
+//! is asked everything.
+
+use kvmodel::{Model, Op, Write};
+use serde::{Deserialize, Serialize};
+
+/// Which rewrites of positions below the global end a subject is asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rewrites {
+    /// Any range (the contract's own domain).
+    #[default]
+    Any,
+    /// Only the latest chunk, exactly: `start` and `len` of the latest
+    /// append (a denoising step, the clean re-run).
+    Latest,
+    /// None: every write with `len > 0` appends at the global end.
+    None,
+}
+
+/// Which chunk lengths a subject is asked to write.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Chunks {
+    /// Any length.
+    #[default]
+    Any,
+    /// One of these lengths (frames per block, say).
+    Lengths(Vec<u64>),
+    /// A positive multiple of this length.
+    Multiple(u64),
+}
+
+/// Which zero-length writes (probes of the view) a subject is asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Probes {
+    /// Anywhere the contract allows one.
+    #[default]
+    Any,
+    /// At the global end, once a chunk has been appended since the last
+    /// reset (a pipeline's attention has nothing to read before).
+    AfterAppend,
+    /// None.
+    None,
+}
+
+/// Which evictions or pins a subject is asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Moves {
+    /// Any count.
+    #[default]
+    Any,
+    /// Those of a scene cut with a shot sink (`global_sink > 0`), after a
+    /// chunk that is not the first of the video: `pin` pins exactly the
+    /// latest chunk; `evict` drops every evictable position before it
+    /// while no pin is held (the clean re-cache of the new shot).
+    SceneCut,
+}
+
+/// The requests a subject can be asked (see the module docs). Every field
+/// defaults to the contract's whole domain, so a declaration names only
+/// what it narrows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Domain {
+    /// Rewrites below the global end.
+    pub rewrites: Rewrites,
+    /// Lengths of writes with `len > 0`.
+    pub chunks: Chunks,
+    /// Zero-length writes.
+    pub probes: Probes,
+    /// Whether a write may start past the global end (the contract refuses it).
+    pub gaps: bool,
+    /// Whether a write may be longer than `C − S` (the contract refuses it).
+    pub oversized: bool,
+    /// Whether requests with negative numbers or an empty head range are
+    /// asked (the contract refuses them).
+    pub malformed: bool,
+    /// Which evictions.
+    pub evict: Moves,
+    /// Which pins.
+    pub pin: Moves,
+}
+
+impl Default for Domain {
+    /// The contract's whole domain.
+    fn default() -> Domain {
+        Domain {
+            rewrites: Rewrites::Any,
+            chunks: Chunks::Any,
+            probes: Probes::Any,
+            gaps: true,
+            oversized: true,
+            malformed: true,
+            evict: Moves::Any,
+            pin: Moves::Any,
+        }
+    }
+}
+
+/// Why an op lies outside a domain: the declaration that leaves it out
+/// (as the JSON a subject declares) and the op in words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{op} is outside the declared domain ({declaration})")]
+pub struct Excluded {
+    /// The declaration that excludes it, as JSON (`"gaps": false`).
+    pub declaration: &'static str,
+    /// The op.
+    pub op: String,
+}
+
+/// The latest chunk a pipeline would be denoising: the latest append with
+/// `len > 0` since the last reset or rewind, as the ops tell it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Latest(pub Option<(u64, u64)>);
+
+impl Latest {
+    /// Follows `op`, applied to a cache whose global end was `before` and
+    /// which accepted it (`ok`).
+    pub fn follow(&mut self, before: u64, op: &Op, ok: bool) {
+        if !ok {
+            return;
+        }
+        match op {
+            Op::Write(w) if w.start >= 0 && w.start as u64 == before && w.len > 0 => {
+                self.0 = Some((before, w.len as u64));
+            }
+            Op::Rewind { .. } | Op::Reset => self.0 = None,
+            _ => {}
+        }
+    }
+}
+
+fn malformed(op: &Op) -> bool {
+    match op {
+        Op::Write(w) => {
+            w.start < 0
+                || w.len < 0
+                || w.recent_window.is_some_and(|r| r < 0)
+                || w.heads.is_some_and(|[first, count]| first < 0 || count < 1)
+        }
+        Op::Rewind { to } => *to < 0,
+        Op::Evict { tokens } | Op::Pin { tokens } => *tokens < 0,
+        Op::Reset => false,
+    }
+}
+
+impl Domain {
+    /// The narrowest domain of each field: a pipeline's chunk loop. Used
+    /// to name, for an op a subject answered *outside*, the declaration
+    /// that would keep such ops from being drawn ([`Domain::suggest`]).
+    pub fn pipeline() -> Domain {
+        Domain {
+            rewrites: Rewrites::Latest,
+            chunks: Chunks::Any,
+            probes: Probes::AfterAppend,
+            gaps: false,
+            oversized: false,
+            malformed: false,
+            evict: Moves::SceneCut,
+            pin: Moves::SceneCut,
+        }
+    }
+
+    /// Whether this is the contract's whole domain.
+    pub fn is_whole(&self) -> bool {
+        *self == Domain::default()
+    }
+
+    /// What both domains admit (a differential oracle's draws): each
+    /// field the narrower of the two.
+    pub fn intersect(&self, other: &Domain) -> Domain {
+        fn narrower<T: Copy + PartialEq + Default>(a: T, b: T) -> T {
+            if a == T::default() {
+                b
+            } else {
+                a
+            }
+        }
+        let chunks = match (&self.chunks, &other.chunks) {
+            (Chunks::Any, c) | (c, Chunks::Any) => c.clone(),
+            (Chunks::Lengths(a), Chunks::Lengths(b)) => {
+                Chunks::Lengths(a.iter().copied().filter(|n| b.contains(n)).collect())
+            }
+            (Chunks::Lengths(a), Chunks::Multiple(k))
+            | (Chunks::Multiple(k), Chunks::Lengths(a)) => {
+                Chunks::Lengths(a.iter().copied().filter(|n| n % k.max(&1) == 0).collect())
+            }
+            (Chunks::Multiple(a), Chunks::Multiple(b)) => Chunks::Multiple(lcm(*a, *b)),
+        };
+        let probes = match (self.probes, other.probes) {
+            (Probes::None, _) | (_, Probes::None) => Probes::None,
+            (Probes::AfterAppend, _) | (_, Probes::AfterAppend) => Probes::AfterAppend,
+            _ => Probes::Any,
+        };
+        let rewrites = match (self.rewrites, other.rewrites) {
+            (Rewrites::None, _) | (_, Rewrites::None) => Rewrites::None,
+            (Rewrites::Latest, _) | (_, Rewrites::Latest) => Rewrites::Latest,
+            _ => Rewrites::Any,
+        };
+        Domain {
+            rewrites,
+            chunks,
+            probes,
+            gaps: self.gaps && other.gaps,
+            oversized: self.oversized && other.oversized,
+            malformed: self.malformed && other.malformed,
+            evict: narrower(self.evict, other.evict),
+            pin: narrower(self.pin, other.pin),
+        }
+    }
+
+    fn length_allowed(&self, len: u64) -> bool {
+        match &self.chunks {
+            Chunks::Any => true,
+            Chunks::Lengths(lengths) => lengths.contains(&len),
+            Chunks::Multiple(k) => *k > 0 && len % k == 0,
+        }
+    }
+
+    /// `Ok` when `op` lies inside this domain on a cache in the state of
+    /// `model` (the contract's state before the op) whose latest chunk is
+    /// `latest`; otherwise the declaration that excludes it.
+    pub fn admits(&self, model: &Model, latest: Latest, op: &Op) -> Result<(), Excluded> {
+        let out = |declaration| {
+            Err(Excluded {
+                declaration,
+                op: op.to_string(),
+            })
+        };
+        if !self.malformed && malformed(op) {
+            return out("\"malformed\": false");
+        }
+        let g = model.global_end();
+        let config = model.config();
+        match op {
+            Op::Write(w) if w.start >= 0 && w.len >= 0 => {
+                let (start, len) = (w.start as u64, w.len as u64);
+                if start > g && !self.gaps {
+                    return out("\"gaps\": false");
+                }
+                if len == 0 {
+                    return match self.probes {
+                        Probes::Any => Ok(()),
+                        Probes::AfterAppend if start == g && latest.0.is_some() => Ok(()),
+                        Probes::AfterAppend => out("\"probes\": \"after_append\""),
+                        Probes::None => out("\"probes\": \"none\""),
+                    };
+                }
+                if !self.oversized && len > (model.capacity() - config.sink) as u64 {
+                    return out("\"oversized\": false");
+                }
+                if !self.length_allowed(len) {
+                    return out("\"chunks\"");
+                }
+                if start < g {
+                    match self.rewrites {
+                        Rewrites::Any => {}
+                        Rewrites::Latest if latest.0 == Some((start, len)) => {}
+                        Rewrites::Latest => return out("\"rewrites\": \"latest\""),
+                        Rewrites::None => return out("\"rewrites\": \"none\""),
+                    }
+                }
+                Ok(())
+            }
+            Op::Evict { tokens } if self.evict == Moves::SceneCut => {
+                match scene_cut(model, latest) {
+                    Some((start, _)) if model.pin_range().is_none() => {
+                        let before = model.evictable().iter().filter(|&&p| p < start).count();
+                        if *tokens >= 0 && *tokens as usize == before {
+                            return Ok(());
+                        }
+                        out("\"evict\": \"scene_cut\"")
+                    }
+                    _ => out("\"evict\": \"scene_cut\""),
+                }
+            }
+            Op::Pin { tokens } if self.pin == Moves::SceneCut => match scene_cut(model, latest) {
+                Some((_, len)) if *tokens >= 0 && *tokens as u64 == len => Ok(()),
+                _ => out("\"pin\": \"scene_cut\""),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// `op` moved inside this domain where a nearby op is inside: a gap
+    /// or a rewrite the domain leaves out becomes an append, a length it
+    /// leaves out the nearest one it allows, a probe it leaves out an
+    /// append, a malformed request a valid one, an eviction or pin the
+    /// scene cut's. What cannot be moved inside is returned as it is
+    /// (a precondition then rejects it).
+    pub fn shape(&self, model: &Model, latest: Latest, op: Op) -> Op {
+        if self.admits(model, latest, &op).is_ok() {
+            return op;
+        }
+        let g = model.global_end() as i64;
+        let room = (model.capacity() - model.config().sink).max(1) as u64;
+        let length = |len: u64| -> i64 {
+            let len = if self.oversized { len } else { len.min(room) };
+            let len = match &self.chunks {
+                Chunks::Any => len,
+                Chunks::Lengths(lengths) => lengths
+                    .iter()
+                    .copied()
+                    .filter(|&n| self.oversized || n <= room)
+                    .min_by_key(|&n| n.abs_diff(len))
+                    .unwrap_or(len),
+                Chunks::Multiple(k) => {
+                    let k = (*k).max(1);
+                    let up = len.div_ceil(k).max(1) * k;
+                    if !self.oversized && up > room && k <= room {
+                        room / k * k
+                    } else {
+                        up
+                    }
+                }
+            };
+            len.max(1) as i64
+        };
+        match op {
+            Op::Write(w) => {
+                let len = length(w.len.max(1) as u64);
+                let write = |start: i64, len: i64| {
+                    Op::Write(Write {
+                        start,
+                        len,
+                        heads: w.heads.filter(|[f, c]| *f >= 0 && *c >= 1),
+                        recent_window: w.recent_window.filter(|r| *r >= 0),
+                    })
+                };
+                match latest.0 {
+                    // A rewrite becomes the pipeline's: the latest chunk again.
+                    Some((start, n)) if w.start < g && self.rewrites == Rewrites::Latest => {
+                        write(start as i64, n as i64)
+                    }
+                    _ => write(g, len),
+                }
+            }
+            Op::Evict { .. } if self.evict == Moves::SceneCut => match scene_cut(model, latest) {
+                Some((start, _)) => Op::Evict {
+                    tokens: model.evictable().iter().filter(|&&p| p < start).count() as i64,
+                },
+                None => op,
+            },
+            Op::Pin { .. } if self.pin == Moves::SceneCut => match scene_cut(model, latest) {
+                Some((_, len)) => Op::Pin { tokens: len as i64 },
+                None => op,
+            },
+            Op::Rewind { to } if to < 0 => Op::Rewind { to: 0 },
+            Op::Evict { tokens } if tokens < 0 => Op::Evict { tokens: 0 },
+            Op::Pin { tokens } if tokens < 0 => Op::Pin { tokens: 0 },
+            other => other,
+        }
+    }
+
+    /// For an op a subject answered *outside*: the declaration of the
+    /// narrowest domain ([`Domain::pipeline`]) that leaves it out, which
+    /// would keep such ops from being drawn; `None` when even that domain
+    /// admits it.
+    pub fn suggest(model: &Model, latest: Latest, op: &Op) -> Option<&'static str> {
+        Domain::pipeline()
+            .admits(model, latest, op)
+            .err()
+            .map(|e| e.declaration)
+    }
+}
+
+/// The latest chunk, when a scene cut may follow it: a shot sink exists
+/// (`global_sink > 0`) and the chunk is not the first of the video.
+fn scene_cut(model: &Model, latest: Latest) -> Option<(u64, u64)> {
+    latest
+        .0
+        .filter(|&(start, _)| start > 0 && model.config().global_sink > 0)
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        _ => a / gcd(a, b) * b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvmodel::Config;
+
+    fn model_after(config: &Config, ops: &[Op]) -> (Model, Latest) {
+        let mut model = Model::new(config).unwrap();
+        let mut latest = Latest::default();
+        for (i, op) in ops.iter().enumerate() {
+            let before = model.global_end();
+            let ok = model.apply(i as u64, op).is_ok();
+            latest.follow(before, op, ok);
+        }
+        (model, latest)
+    }
+
+    fn pipeline_with(chunks: Chunks) -> Domain {
+        Domain {
+            chunks,
+            ..Domain::pipeline()
+        }
+    }
+
+    #[test]
+    fn the_whole_domain_admits_everything() {
+        let (model, latest) = model_after(&Config::dense(4), &[]);
+        for op in [
+            Op::write(3, 1, None, None),
+            Op::write(-1, 1, None, None),
+            Op::write(0, 0, None, None),
+            Op::Evict { tokens: -2 },
+        ] {
+            assert!(Domain::default().admits(&model, latest, &op).is_ok());
+        }
+        assert!(Domain::default().is_whole());
+    }
+
+    #[test]
+    fn a_pipeline_domain_names_the_declaration_that_excludes() {
+        let config = Config {
+            sink: 1,
+            ..Config::dense(6)
+        };
+        let d = pipeline_with(Chunks::Lengths(vec![2]));
+        let (model, latest) = model_after(&config, &[]);
+        let why = |op: Op| d.admits(&model, latest, &op).unwrap_err().declaration;
+        assert_eq!(
+            why(Op::write(0, 0, None, None)),
+            "\"probes\": \"after_append\""
+        );
+        assert_eq!(why(Op::write(1, 2, None, None)), "\"gaps\": false");
+        assert_eq!(why(Op::write(0, 6, None, None)), "\"oversized\": false");
+        assert_eq!(why(Op::write(0, 3, None, None)), "\"chunks\"");
+        assert_eq!(why(Op::write(0, -1, None, None)), "\"malformed\": false");
+        assert!(d
+            .admits(&model, latest, &Op::write(0, 2, None, None))
+            .is_ok());
+        let (model, latest) = model_after(
+            &config,
+            &[Op::write(0, 2, None, None), Op::write(2, 2, None, None)],
+        );
+        assert_eq!(latest, Latest(Some((2, 2))));
+        assert!(d
+            .admits(&model, latest, &Op::write(2, 2, None, None))
+            .is_ok());
+        assert!(d
+            .admits(&model, latest, &Op::write(4, 0, None, None))
+            .is_ok());
+        let e = d
+            .admits(&model, latest, &Op::write(0, 2, None, None))
+            .unwrap_err();
+        assert_eq!(e.declaration, "\"rewrites\": \"latest\"");
+        assert!(e.to_string().contains("write 0+2"), "{e}");
+    }
+
+    #[test]
+    fn scene_cuts_pin_the_latest_chunk_and_drop_what_lies_before_it() {
+        let config = Config {
+            sink: 1,
+            global_sink: 1,
+            ..Config::dense(8)
+        };
+        let d = Domain::pipeline();
+        let first = [Op::write(0, 2, None, None)];
+        let (model, latest) = model_after(&config, &first);
+        assert!(
+            d.admits(&model, latest, &Op::Pin { tokens: 2 }).is_err(),
+            "the first chunk is no cut"
+        );
+        let ops = [
+            first[0],
+            Op::write(2, 2, None, None),
+            Op::write(4, 2, None, None),
+        ];
+        let (model, latest) = model_after(&config, &ops);
+        assert!(d.admits(&model, latest, &Op::Pin { tokens: 2 }).is_ok());
+        assert!(d.admits(&model, latest, &Op::Pin { tokens: 1 }).is_err());
+        // Evictable before [4, 6): 1, 2, 3.
+        assert!(d.admits(&model, latest, &Op::Evict { tokens: 3 }).is_ok());
+        assert_eq!(
+            d.shape(&model, latest, Op::Evict { tokens: 1 }),
+            Op::Evict { tokens: 3 }
+        );
+        assert_eq!(
+            d.shape(&model, latest, Op::Pin { tokens: 7 }),
+            Op::Pin { tokens: 2 }
+        );
+        let no_shot = Config {
+            global_sink: 0,
+            ..config
+        };
+        let (model, latest) = model_after(&no_shot, &ops);
+        assert!(d.admits(&model, latest, &Op::Pin { tokens: 2 }).is_err());
+    }
+
+    #[test]
+    fn shaping_moves_draws_inside() {
+        let config = Config {
+            sink: 1,
+            ..Config::dense(8)
+        };
+        let d = pipeline_with(Chunks::Multiple(3));
+        let (model, latest) = model_after(&config, &[]);
+        assert_eq!(
+            d.shape(&model, latest, Op::write(5, 2, None, None)),
+            Op::write(0, 3, None, None)
+        );
+        assert_eq!(
+            d.shape(&model, latest, Op::write(0, 9, None, None)),
+            Op::write(0, 6, None, None)
+        );
+        let (model, latest) = model_after(&config, &[Op::write(0, 3, None, None)]);
+        assert_eq!(
+            d.shape(&model, latest, Op::write(1, 1, None, None)),
+            Op::write(0, 3, None, None)
+        );
+        for op in [
+            Op::write(-1, 2, None, None),
+            Op::write(1, 0, None, None),
+            Op::write(7, 4, None, None),
+        ] {
+            let shaped = d.shape(&model, latest, op);
+            assert!(
+                d.admits(&model, latest, &shaped).is_ok(),
+                "{op} -> {shaped}"
+            );
+        }
+    }
+
+    #[test]
+    fn declarations_parse_with_defaults_and_refuse_unknown_fields() {
+        let d: Domain = serde_json::from_str(
+            r#"{"rewrites": "latest", "chunks": {"lengths": [3]}, "gaps": false}"#,
+        )
+        .unwrap();
+        assert_eq!(d.rewrites, Rewrites::Latest);
+        assert_eq!(d.chunks, Chunks::Lengths(vec![3]));
+        assert!(!d.gaps && d.oversized && d.malformed);
+        let d: Domain =
+            serde_json::from_str(r#"{"chunks": {"multiple": 2}, "pin": "scene_cut"}"#).unwrap();
+        assert_eq!((d.chunks, d.pin), (Chunks::Multiple(2), Moves::SceneCut));
+        assert!(serde_json::from_str::<Domain>(r#"{"gap": false}"#).is_err());
+        assert!(serde_json::from_str::<Domain>(r#"{"rewrites": "some"}"#).is_err());
+    }
+
+    #[test]
+    fn intersections_take_the_narrower_field() {
+        let a = Domain {
+            chunks: Chunks::Lengths(vec![2, 3, 4]),
+            gaps: false,
+            ..Domain::default()
+        };
+        let b = Domain {
+            chunks: Chunks::Multiple(2),
+            rewrites: Rewrites::Latest,
+            ..Domain::default()
+        };
+        let both = a.intersect(&b);
+        assert_eq!(both.chunks, Chunks::Lengths(vec![2, 4]));
+        assert_eq!(both.rewrites, Rewrites::Latest);
+        assert!(!both.gaps);
+        assert_eq!(
+            Domain::default().intersect(&Domain::default()),
+            Domain::default()
+        );
+    }
+}
