@@ -419,6 +419,34 @@ impl KvCache for PackedCache {
 mod tests {
     use super::*;
 
+    /// docs/contract.md §3 write: step 4 comes before step 6, so a rewrite of
+    /// a current chunk with an evicted position is `unsupported`. No op
+    /// sequence evicts part of the current chunk (only an append evicts,
+    /// and never its own positions), so the state is set directly, on
+    /// both paths.
+    #[test]
+    fn rewrite_of_a_partly_evicted_current_chunk_is_unsupported() {
+        let mut config = Config::packed(8);
+        config.head_dim = 2;
+        let rows = |n: usize| Tensor::ones((1, n, 1, 2), DType::F32, &Device::Cpu).unwrap();
+        for path in Path::ALL {
+            let mut cache = PackedCache::with_path(&config, &Device::Cpu, path).unwrap();
+            cache.write(&Write::new(0, 2), &rows(2), &rows(2)).unwrap();
+            cache.write(&Write::new(2, 3), &rows(3), &rows(3)).unwrap();
+            assert!(cache.write(&Write::new(2, 3), &rows(3), &rows(3)).is_ok());
+            cache.evicted_to = 3;
+            let err = cache
+                .write(&Write::new(2, 3), &rows(3), &rows(3))
+                .unwrap_err();
+            assert_eq!(
+                err.kind(),
+                Some(kvmodel::ErrorKind::Unsupported),
+                "{path}: {err}"
+            );
+            assert_eq!(cache.global_end, 5);
+        }
+    }
+
     /// `first_missing` on every range over every interval state the cache
     /// can reach (`S ≤ evicted_to ≤ max(S, G)`), against the resident set
     /// of the module docs, `[0, min(S, G)) ∪ [evicted_to, G)`. Through the

@@ -105,6 +105,28 @@ mod tests {
         assert_eq!(row.codes, vec![7, -4, 3, -1, 0]);
     }
 
+    /// Rows where `x · (1 / scale)` rounds to the other side of a half
+    /// than `x / scale` (docs/contract.md §6): the quantizer divides.
+    const RECIPROCAL_ROUNDS_OTHERWISE: [(i32, u32, u32, i8); 2] = [
+        // (q, amax bits, x bits, the code by true division)
+        (7, 0x3f80_2000, 0x3eb7_0924, 2),
+        (127, 0x3f80_1000, 0x3d99_458a, 9),
+    ];
+
+    #[test]
+    fn quantizer_divides_instead_of_multiplying_by_a_reciprocal() {
+        for (q, amax, x, code) in RECIPROCAL_ROUNDS_OTHERWISE {
+            let (amax, x) = (f32::from_bits(amax), f32::from_bits(x));
+            let row = quantize_row(&[amax, x], q);
+            let scale = amax / q as f32;
+            assert_eq!(row.scale, scale);
+            // The reciprocal gives the next code: this row tells them apart.
+            let by_reciprocal = round_half_away_from_zero(x * (1.0 / scale)) as i8;
+            assert_eq!(by_reciprocal, code + 1, "q {q}");
+            assert_eq!(row.codes, vec![q as i8, code], "q {q}");
+        }
+    }
+
     #[test]
     fn codes_are_clamped_to_q() {
         // x / scale can exceed q by rounding of the scale itself; the clamp

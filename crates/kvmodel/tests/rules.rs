@@ -440,3 +440,101 @@ fn packed_resident_bytes_formula() {
     .unwrap();
     assert_eq!(dense_model.resident_bytes(), 2 * 16 * 2 * 5 * 4);
 }
+
+/// docs/contract.md §3 evict and §5: while a pin exists, the sink positions
+/// `[GS, S)` it displaced are evictable, and `evict n` takes the `n`
+/// smallest evictable positions; `pin n` pins only the first `min(S, n)`
+/// of the last `n` positions written.
+#[test]
+fn evict_under_a_pin_takes_the_displaced_sink_first() {
+    let c = Config {
+        global_sink: 1,
+        ..dense(10, 3)
+    };
+    // pin 4 of G = 8: the first min(3, 4) = 3 of [4, 8), that is [4, 7).
+    let (model, outcomes) = run(&c, &[w(0, 8), Op::Pin { tokens: 4 }]);
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(model.pin_range(), Some(4..7));
+    assert_eq!(model.protected(), vec![0, 4, 5, 6]);
+    // Evictable: the displaced sink [GS, S) = [1, 3), then 3 and 7.
+    assert_eq!(model.evictable(), vec![1, 2, 3, 7]);
+    let (model, _) = run(
+        &c,
+        &[w(0, 8), Op::Pin { tokens: 4 }, Op::Evict { tokens: 2 }],
+    );
+    assert_eq!(model.resident().collect::<Vec<_>>(), vec![0, 3, 4, 5, 6, 7]);
+    // Everything evictable goes; one more is too many.
+    let (model, _) = run(
+        &c,
+        &[w(0, 8), Op::Pin { tokens: 4 }, Op::Evict { tokens: 4 }],
+    );
+    assert_eq!(model.resident().collect::<Vec<_>>(), vec![0, 4, 5, 6]);
+    assert_eq!(
+        last_err(
+            &c,
+            &[w(0, 8), Op::Pin { tokens: 4 }, Op::Evict { tokens: 5 }]
+        ),
+        ErrorKind::EvictTooMany
+    );
+    // Without the pin, the same eviction keeps the whole sink [0, 3).
+    let (model, _) = run(&c, &[w(0, 8), Op::Evict { tokens: 2 }]);
+    assert_eq!(model.resident().collect::<Vec<_>>(), vec![0, 1, 2, 5, 6, 7]);
+    // A pin shorter than S pins all of its n positions.
+    let (model, _) = run(&c, &[w(0, 8), Op::Pin { tokens: 2 }]);
+    assert_eq!(model.pin_range(), Some(6..8));
+    // Clearing the pin protects what is left of [0, S) again.
+    let (model, _) = run(
+        &c,
+        &[
+            w(0, 8),
+            Op::Pin { tokens: 4 },
+            Op::Evict { tokens: 1 },
+            Op::Pin { tokens: 0 },
+        ],
+    );
+    assert_eq!(model.protected(), vec![0, 2]);
+}
+
+/// docs/contract.md §6: a chunk removed by a rewind no longer counts among
+/// the `keep_recent_chunks` most recent chunks.
+#[test]
+fn packed_rewound_chunks_leave_the_recent_count() {
+    let c = packed(16, 0, 1, Quant::Int8);
+    // [0,2) [2,4) [4,6): [0,2) is cold, [2,4) the one recent completed chunk.
+    let base = [w(0, 2), w(2, 2), w(4, 2)];
+    let (model, _) = run(&c, &base);
+    assert!(model.is_cold(0) && !model.is_cold(2));
+    // Rewind to 4 forgets [4,6); the append at 4 is then the third chunk,
+    // and [2,4) is still the most recent completed one: hot.
+    let mut ops = base.to_vec();
+    ops.extend([Op::Rewind { to: 4 }, w(4, 2)]);
+    let (model, outcomes) = run(&c, &ops);
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(model.chunks().len(), 3);
+    assert!(!model.is_cold(2) && !model.is_cold(3));
+    // (Were the rewound chunk still counted, [2,4) would be cold here.)
+    // One more append leaves [2,4) behind two more recent chunks.
+    ops.push(w(6, 2));
+    let (model, _) = run(&c, &ops);
+    assert!(model.is_cold(2) && !model.is_cold(4));
+}
+
+/// docs/contract.md §3 write step 4 before step 6: on the packed variant a
+/// rewrite of a chunk with an evicted position is `unsupported`, where the
+/// dense variant says `evicted`.
+#[test]
+fn packed_rewrite_of_a_partly_evicted_chunk_is_unsupported() {
+    // C = 5: [0,3) then [3,5); the append [5,6) evicts position 0.
+    let ops = [w(0, 3), w(3, 2), w(5, 1), w(0, 3)];
+    let c = packed(5, 0, 1, Quant::None);
+    let (model, outcomes) = run(&c, &ops);
+    assert_eq!(model.resident().collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(outcomes[3], Err(ErrorKind::Unsupported));
+    // Fully evicted: unsupported too.
+    assert_eq!(
+        last_err(&packed(3, 0, 1, Quant::None), &[w(0, 3), w(3, 3), w(0, 3)]),
+        ErrorKind::Unsupported
+    );
+    // The same trace on the dense variant reaches step 6.
+    assert_eq!(last_err(&dense(5, 0), &ops), ErrorKind::Evicted);
+}

@@ -520,6 +520,21 @@ fn dense_replays_shared_vectors() {
     assert!(replayed >= 10, "only {replayed} dense vectors found");
 }
 
+/// The example of docs/kvtrace.md, parsed from the document: on each path
+/// the cache's views hold, bit for bit, the rows the model's writers imply,
+/// and the model gives the document's `expect`, writers included.
+#[test]
+fn kvtrace_md_example_bytes_match_the_model() {
+    let (config, ops, expect) = crate::answers::kvtrace_md_example();
+    for path in Path::ALL {
+        let mut lockstep = Lockstep::with_path(&config, path);
+        for (i, op) in ops.iter().enumerate() {
+            let got: kvmodel::Outcome = lockstep.step(op).into();
+            assert_eq!(got, expect[i], "{path}: op {i} ({op})");
+        }
+    }
+}
+
 /// Steady-state rolling (sink followed by the contiguous tail) returns a
 /// zero-copy view; a window below capacity hides the middle and needs a cat.
 #[test]

@@ -4,6 +4,7 @@
 //! GPU check ships exactly those two, and `alloc` because it installs a
 //! counting global allocator for its whole process.
 
+mod answers;
 mod attention;
 mod dense;
 mod packed;

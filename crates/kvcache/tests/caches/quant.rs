@@ -142,3 +142,111 @@ fn dequantize_into_a_narrowed_output_leaves_the_rest() {
         }
     }
 }
+
+/// Quantizes `rows` (f32, `[rows, D]`) on the CPU kernels or the generic path.
+fn quantize(rows: &[Vec<f32>], quant: Quant, generic: bool) -> quant::QuantizedTensor {
+    let d = rows[0].len();
+    let x = Tensor::from_vec(rows.concat(), (rows.len(), d), &Device::Cpu).unwrap();
+    if generic {
+        quant::generic::quantize(&x, quant).unwrap()
+    } else {
+        quant::quantize(&x, quant).unwrap()
+    }
+}
+
+fn dequantize(packed: &quant::QuantizedTensor, generic: bool) -> Vec<Vec<u32>> {
+    let out = if generic {
+        quant::generic::dequantize(packed, candle_core::DType::F32).unwrap()
+    } else {
+        quant::dequantize(packed, candle_core::DType::F32, &Device::Cpu).unwrap()
+    };
+    let out: Vec<Vec<f32>> = out.to_vec2().unwrap();
+    out.iter()
+        .map(|r| r.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+/// docs/contract.md §6: with an odd `D`, int4 writes the high nibble of a
+/// row's last byte as 0, and a reader ignores it: the same codes with that
+/// nibble set read back the same values, on both paths.
+#[test]
+fn odd_head_dim_int4_high_nibble_is_zero_and_ignored() {
+    let rows = vec![
+        vec![7.0f32, -3.0, 2.0, -7.0, 5.0],
+        vec![-1.0, 0.5, 0.25, 1.0, -0.75],
+    ];
+    for generic in [false, true] {
+        let packed = quantize(&rows, Quant::Int4, generic);
+        let codes: Vec<Vec<u8>> = packed.codes.to_vec2().unwrap();
+        for row in &codes {
+            assert_eq!(row.len(), 3);
+            assert_eq!(
+                row[2] >> 4,
+                0,
+                "generic {generic}: high nibble of the last byte"
+            );
+        }
+        let expected = dequantize(&packed, generic);
+        for nibble in [0x1u8, 0x7, 0x8, 0xF] {
+            let dirty: Vec<u8> = codes
+                .iter()
+                .flat_map(|row| {
+                    let mut row = row.clone();
+                    row[2] |= nibble << 4;
+                    row
+                })
+                .collect();
+            let dirty = quant::QuantizedTensor {
+                codes: Tensor::from_vec(dirty, (2, 3), &Device::Cpu).unwrap(),
+                ..packed.clone()
+            };
+            // Both readers, whichever path wrote the codes.
+            for reader in [false, true] {
+                assert_eq!(
+                    dequantize(&dirty, reader),
+                    expected,
+                    "written generic {generic}, read generic {reader}, nibble {nibble:#x}"
+                );
+            }
+        }
+        for (r, row) in rows.iter().enumerate() {
+            let want: Vec<u32> = cold_round_trip(row, Quant::Int4, Dtype::F32)
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            assert_eq!(expected[r], want, "generic {generic}: row {r}");
+        }
+    }
+}
+
+/// docs/contract.md §6: `x / scale` is a true division. In these rows,
+/// `x · (1 / scale)` rounds to the other side of a half and would give the
+/// next code; both kernels give the division's code.
+#[test]
+fn kernels_divide_rather_than_multiply_by_a_reciprocal() {
+    // (quant, amax bits, x bits, the code by true division)
+    let cases = [
+        (Quant::Int4, 0x3f80_2000u32, 0x3eb7_0924u32, 2i8),
+        (Quant::Int8, 0x3f80_1000, 0x3d99_458a, 9),
+    ];
+    for (quant, amax, x, code) in cases {
+        let (amax, x) = (f32::from_bits(amax), f32::from_bits(x));
+        let q = quant.max_code().unwrap();
+        let scale = amax / q as f32;
+        assert_eq!(
+            (x * (1.0 / scale)).round() as i8,
+            code + 1,
+            "{quant:?}: the reciprocal's code"
+        );
+        assert_eq!(quantize_row(&[amax, x], q).codes[1], code);
+        for generic in [false, true] {
+            let packed = quantize(&[vec![amax, x]], quant, generic);
+            let codes: Vec<Vec<u8>> = packed.codes.to_vec2().unwrap();
+            assert_eq!(
+                unpack(&codes[0], quant, 1),
+                code,
+                "{quant:?} generic {generic}"
+            );
+        }
+    }
+}

@@ -417,6 +417,43 @@ mod tests {
         }
     }
 
+    /// The trace's seed drives the payload of every dtype (docs/kvtrace.md
+    /// `seed`): the same seed gives the same tensors, another seed others.
+    #[test]
+    fn the_seed_drives_the_payload_of_every_dtype() {
+        let mut config = Config::dense(8);
+        (config.heads, config.head_dim, config.batch) = (2, 4, 2);
+        let bits = |config: &Config| -> Vec<u32> {
+            let (k, v) = write_tensors(config, &Device::Cpu, 3, 1, 4, 0..2).unwrap();
+            [k, v]
+                .iter()
+                .flat_map(|t| tensor_values(t).unwrap())
+                .map(f32::to_bits)
+                .collect()
+        };
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            config.dtype = dtype;
+            let runs: Vec<Vec<u32>> = [0, 0, 1, 2]
+                .iter()
+                .map(|&seed| {
+                    bits(&Config {
+                        seed,
+                        ..config.clone()
+                    })
+                })
+                .collect();
+            assert_eq!(
+                runs[0], runs[1],
+                "{dtype:?}: the same seed, the same payload"
+            );
+            assert_ne!(runs[0], runs[2], "{dtype:?}: seeds 0 and 1");
+            assert_ne!(runs[2], runs[3], "{dtype:?}: seeds 1 and 2");
+            // Few elements in common: the seed reaches every value.
+            let same = runs[0].iter().zip(&runs[2]).filter(|(a, b)| a == b).count();
+            assert!(same < runs[0].len() / 4, "{dtype:?}: {same} equal elements");
+        }
+    }
+
     #[test]
     fn elements_differ_by_every_coordinate() {
         let id = RowId {

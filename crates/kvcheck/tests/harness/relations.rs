@@ -388,3 +388,73 @@ fn each_relation_catches_its_fault_of_a_python_subject() {
         assert_caught(&row, relation, &format!("{fault} through exec"));
     }
 }
+
+/// M6 applies to packed caches (docs/contract.md §9): a zero-length write,
+/// which the packed variant refuses, is refused in both runs (the probe
+/// added after a zero-length write repeats it and is compared with it),
+/// and nothing else changes; on the model and the shipped caches, on
+/// every packed quantization.
+#[test]
+fn probe_pure_judges_packed_caches() {
+    use kvcheck::check::record::{observe, Plan};
+    use kvcheck::engine::relation::transform::{instances, Pair, Part};
+    use kvcheck::{Config, Op, PackedPolicy, Quant, Write};
+    for quant in [Quant::None, Quant::Int8, Quant::Int4] {
+        let config = Config {
+            sink: 1,
+            head_dim: 3,
+            packed: Some(PackedPolicy {
+                keep_recent_chunks: 1,
+                quant,
+                pack_sink: false,
+            }),
+            ..Config::packed(6)
+        };
+        let ops = [
+            Op::Write(Write::new(0, 2)),
+            Op::Write(Write::new(2, 0)),
+            Op::Write(Write::new(2, 3)),
+            Op::Write(Write::new(2, 3)),
+            Op::Write(Write::new(5, 2)),
+            Op::Write(Write::new(7, 0)),
+            Op::Rewind { to: 5 },
+            Op::Write(Write::new(5, 0)),
+        ];
+        for subject in [SubjectSpec::Reference, SubjectSpec::Cache] {
+            let mut work = Work::default();
+            let found = check(
+                &config,
+                &ops,
+                &subject,
+                &[Relation::ProbePure],
+                16,
+                &mut work,
+            )
+            .expect("the subject runs the trace");
+            assert!(
+                found.is_none(),
+                "{}",
+                found
+                    .map(|d| format!("{d}\n{}", d.trace))
+                    .unwrap_or_default()
+            );
+            assert!(work.runs > 8, "M6 judged {} runs on {quant:?}", work.runs);
+            assert!(work.judged.cases_of(Relation::ProbePure) > 0);
+        }
+        // The probe added after op 1 (a refused zero-length write at 2)
+        // repeats it and is paired with it.
+        let plan = Plan::of(&config, &ops);
+        let run = observe(&SubjectSpec::Cache, &plan).expect("the cache runs the trace");
+        let capabilities = SubjectSpec::Cache.capabilities().unwrap();
+        let all = instances(Relation::ProbePure, &plan, &run, &capabilities, 64);
+        let after_1 = all
+            .iter()
+            .find(|i| i.what == "a zero-length write at 2 added after op 1")
+            .expect("a probe after op 1");
+        assert!(after_1.pairs.contains(&Pair {
+            original: 1,
+            transformed: 2,
+            part: Part::Whole,
+        }));
+    }
+}

@@ -451,7 +451,7 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
                 payload: Payload::of(FRESH_SOURCE - 1),
             };
             let (plan, pairs) = splice(original, at, vec![step, probe]);
-            let pairs = insert_pairs(
+            let mut pairs = insert_pairs(
                 pairs,
                 Pair {
                     original: at,
@@ -459,6 +459,20 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
                     part: Part::Whole,
                 },
             );
+            // After a zero-length write at `g` (every head, no recent
+            // window), the added probe repeats it on the same state: it
+            // must show what op `at` showed (on a packed cache, which
+            // refuses both, a refusal in both runs).
+            if is_write(&step).is_some_and(|w| *w == Write::new(g as i64, 0)) {
+                pairs = insert_pairs(
+                    pairs,
+                    Pair {
+                        original: at,
+                        transformed: at + 1,
+                        part: Part::Whole,
+                    },
+                );
+            }
             (
                 format!("a zero-length write at {g} added after op {at}"),
                 plan,
