@@ -197,6 +197,8 @@ fn candidates(
                 .chain(lone.into_iter().map(|i| steps.len() + i))
                 .collect()
         }
+        // An invariant judges the original run alone (`engine::invariant`).
+        _ => Vec::new(),
     }
 }
 
@@ -593,6 +595,7 @@ fn build(relation: Relation, original: &Plan, run: &Transcript, at: usize) -> Op
                 pairs,
             )
         }
+        _ => return None,
     };
     Some(Instance {
         relation,
