@@ -162,7 +162,10 @@ fn on_view(
         let gone: Vec<u64> = positions.filter(|p| !shown.contains(p)).collect();
         (!gone.is_empty()).then(|| {
             (
-                format!("{what} {} in the view", kvmodel::format_ranges(gone.iter().copied())),
+                format!(
+                    "{what} {} in the view",
+                    kvmodel::format_ranges(gone.iter().copied())
+                ),
                 seen(),
             )
         })
@@ -175,7 +178,12 @@ fn on_view(
                 .iter()
                 .enumerate()
                 .find(|(i, p)| view.positions[..*i].contains(p));
-            twice.map(|(_, p)| (format!("position {p} listed once"), format!("{} (position {p} twice)", seen())))
+            twice.map(|(_, p)| {
+                (
+                    format!("position {p} listed once"),
+                    format!("{} (position {p} twice)", seen()),
+                )
+            })
         }
         Relation::SinksStay if !state.sinks.is_empty() => {
             *ops += 1;

@@ -137,7 +137,13 @@ pub fn provenance(
 /// What a wrong row holds, in words: zeros, or the row some write of the
 /// plan carried for some position below `global_end` (the first found),
 /// or other bytes.
-fn identify(plan: &Plan, global_end: u64, actual: &[(u32, u32)], batch: usize, head: usize) -> String {
+fn identify(
+    plan: &Plan,
+    global_end: u64,
+    actual: &[(u32, u32)],
+    batch: usize,
+    head: usize,
+) -> String {
     if actual.iter().all(|&(k, v)| k == 0 && v == 0) {
         return "zeros".to_string();
     }
@@ -154,7 +160,11 @@ fn identify(plan: &Plan, global_end: u64, actual: &[(u32, u32)], batch: usize, h
                 head,
             };
             let (k, v) = row(config, id);
-            if k.iter().zip(&v).zip(actual).all(|((&k, &v), &(x, y))| k == x && v == y) {
+            if k.iter()
+                .zip(&v)
+                .zip(actual)
+                .all(|((&k, &v), &(x, y))| k == x && v == y)
+            {
                 return format!("the row op {i} wrote for position {position}");
             }
         }

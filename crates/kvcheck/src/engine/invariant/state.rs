@@ -140,7 +140,9 @@ impl Derived {
                     return Some("a negative argument or a head range outside the heads".into());
                 };
                 if packed && !(c.start == g && c.end > c.start) && !self.rewrites_current(&c) {
-                    return Some("packed: neither an append nor a rewrite of the current chunk".into());
+                    return Some(
+                        "packed: neither an append nor a rewrite of the current chunk".into(),
+                    );
                 }
                 (c.start > g).then(|| format!("it starts past the global end {g}"))
             }
@@ -335,8 +337,7 @@ impl Derived {
     /// (dense, `quant = none`, or a packed chunk that is certainly hot): a
     /// quantized cold row's values are the model's to judge.
     pub fn exact(&self, position: u64) -> bool {
-        if self.config.variant == Variant::Dense
-            || self.config.packed_policy().quant == Quant::None
+        if self.config.variant == Variant::Dense || self.config.packed_policy().quant == Quant::None
         {
             return true;
         }

@@ -49,7 +49,10 @@ fn flags_fault(invariant: Relation, fault: CacheFault, config: &Config, ops: &[O
             let j = judged(every, &plan, &good);
             assert_eq!(j.violation, None, "{every} on the correct {correct:?}");
         }
-        assert!(judged(invariant, &plan, &good).ops > 0, "{invariant} judged nothing");
+        assert!(
+            judged(invariant, &plan, &good).ops > 0,
+            "{invariant} judged nothing"
+        );
     }
 }
 
@@ -60,15 +63,30 @@ fn i1_flags_a_position_listed_twice() {
         ..dense(6, 2, None)
     };
     let ops = [w(0, 4), Op::Pin { tokens: 2 }, w(4, 2), w(6, 2)];
-    flags_fault(Relation::NoDuplicates, CacheFault::PinDuplicatedInView, &config, &ops);
+    flags_fault(
+        Relation::NoDuplicates,
+        CacheFault::PinDuplicatedInView,
+        &config,
+        &ops,
+    );
 }
 
 #[test]
 fn i2_flags_a_sink_dropped_by_the_window_or_by_eviction() {
     let ops = [w(0, 2), w(2, 4)];
-    flags_fault(Relation::SinksStay, CacheFault::WindowDropsSink, &dense(8, 1, Some(3)), &ops);
+    flags_fault(
+        Relation::SinksStay,
+        CacheFault::WindowDropsSink,
+        &dense(8, 1, Some(3)),
+        &ops,
+    );
     let ops = [w(0, 4), Op::Evict { tokens: 1 }, w(4, 1)];
-    flags_fault(Relation::SinksStay, CacheFault::EvictRemovesSink, &dense(6, 2, None), &ops);
+    flags_fault(
+        Relation::SinksStay,
+        CacheFault::EvictRemovesSink,
+        &dense(6, 2, None),
+        &ops,
+    );
 }
 
 #[test]
@@ -103,8 +121,18 @@ fn i2_and_i3_follow_pins_and_rewinds() {
         if let Seen::Ok { view: Some(v), .. } = &mut bad.seen[2] {
             v.positions.retain(|&p| p != 2 && p != 0);
         }
-        assert_eq!(judged(Relation::PinsStay, &plan, &bad).violation.map(|v| v.step), Some(2));
-        assert_eq!(judged(Relation::SinksStay, &plan, &bad).violation.map(|v| v.step), Some(2));
+        assert_eq!(
+            judged(Relation::PinsStay, &plan, &bad)
+                .violation
+                .map(|v| v.step),
+            Some(2)
+        );
+        assert_eq!(
+            judged(Relation::SinksStay, &plan, &bad)
+                .violation
+                .map(|v| v.step),
+            Some(2)
+        );
     }
 }
 
@@ -116,14 +144,24 @@ fn i3_flags_a_pin_lost_at_a_misaligned_roll() {
         ..dense(8, 1, None)
     };
     let ops = [w(0, 4), Op::Pin { tokens: 1 }, w(4, 3), w(7, 3), w(10, 3)];
-    flags_fault(Relation::PinsStay, CacheFault::PinLostOnMisalignedRoll, &config, &ops);
+    flags_fault(
+        Relation::PinsStay,
+        CacheFault::PinLostOnMisalignedRoll,
+        &config,
+        &ops,
+    );
 }
 
 #[test]
 fn i4_flags_a_window_that_counts_the_sink_twice() {
     let ops = [w(0, 2), w(2, 1), w(3, 1), w(4, 1), w(5, 1)];
     let config = dense(8, 2, Some(6));
-    flags_fault(Relation::WindowWidth, CacheFault::WindowDoubleCountsSink, &config, &ops);
+    flags_fault(
+        Relation::WindowWidth,
+        CacheFault::WindowDoubleCountsSink,
+        &config,
+        &ops,
+    );
 }
 
 #[test]
@@ -159,7 +197,12 @@ fn i4_follows_eviction_growth_and_recent_windows() {
 #[test]
 fn i5_flags_a_rewrite_that_lands_on_the_sink() {
     let ops = [w(0, 6), w(6, 2), w(2, 1), w(8, 1)];
-    flags_fault(Relation::Provenance, CacheFault::EvictedRewriteOnSink, &dense(6, 1, None), &ops);
+    flags_fault(
+        Relation::Provenance,
+        CacheFault::EvictedRewriteOnSink,
+        &dense(6, 1, None),
+        &ops,
+    );
 }
 
 #[test]
@@ -176,12 +219,30 @@ fn i5_flags_a_hot_chunk_gone_cold_and_leaves_cold_rows_alone() {
         ..Config::packed(16)
     };
     let ops = [w(0, 2), w(2, 2), w(4, 2), w(6, 2), w(8, 2)];
-    flags_fault(Relation::Provenance, CacheFault::KeepRecentCountsCurrent, &packed(false), &ops);
-    flags_fault(Relation::Provenance, CacheFault::SinkChunkPacked, &packed(false), &ops);
+    flags_fault(
+        Relation::Provenance,
+        CacheFault::KeepRecentCountsCurrent,
+        &packed(false),
+        &ops,
+    );
+    flags_fault(
+        Relation::Provenance,
+        CacheFault::SinkChunkPacked,
+        &packed(false),
+        &ops,
+    );
     // Cold int8 rows differ from the written bytes on the correct cache,
     // and I5 does not judge them (nor, after a rewind, chunks whose age
     // the contract leaves open), with or without pack_sink.
-    let ops = [w(0, 2), w(2, 2), w(4, 2), w(6, 2), Op::Rewind { to: 4 }, w(4, 3), w(7, 1)];
+    let ops = [
+        w(0, 2),
+        w(2, 2),
+        w(4, 2),
+        w(6, 2),
+        Op::Rewind { to: 4 },
+        w(4, 3),
+        w(7, 1),
+    ];
     for config in [packed(false), packed(true)] {
         let (plan, good) = run(&SubjectSpec::Cache, &config, &ops);
         assert!(good.seen.iter().all(|s| !s.is_refused()), "{good:?}");
@@ -191,7 +252,11 @@ fn i5_flags_a_hot_chunk_gone_cold_and_leaves_cold_rows_alone() {
 
 #[test]
 fn i5_names_the_row_a_wrong_row_holds() {
-    let (plan, good) = run(&SubjectSpec::Reference, &dense(4, 0, None), &[w(0, 2), w(2, 1)]);
+    let (plan, good) = run(
+        &SubjectSpec::Reference,
+        &dense(4, 0, None),
+        &[w(0, 2), w(2, 1)],
+    );
     let mut bad = good.clone();
     if let (Seen::Ok { view: Some(a), .. }, Seen::Ok { view: Some(b), .. }) =
         (good.seen[0].clone(), &mut bad.seen[1])
@@ -201,7 +266,9 @@ fn i5_names_the_row_a_wrong_row_holds() {
         b.k[..row].copy_from_slice(&a.k[row..]);
         b.v[..row].copy_from_slice(&a.v[row..]);
     }
-    let v = judged(Relation::Provenance, &plan, &bad).violation.expect("flagged");
+    let v = judged(Relation::Provenance, &plan, &bad)
+        .violation
+        .expect("flagged");
     assert_eq!(v.step, 1);
     assert!(v.actual.contains("op 0 wrote for position 1"), "{v:?}");
 }
@@ -217,19 +284,34 @@ fn i6_flags_a_head_range_view_of_every_head() {
         heads: Some([0, 1]),
         ..Write::new(0, 2)
     })];
-    flags_fault(Relation::ViewShape, CacheFault::PackedReturnsEveryHead, &config, &ops);
+    flags_fault(
+        Relation::ViewShape,
+        CacheFault::PackedReturnsEveryHead,
+        &config,
+        &ops,
+    );
 }
 
 #[test]
 fn i7_and_i8_flag_a_gap_and_a_wrong_end() {
     let ops = [w(0, 2), w(4, 0), w(2, 1)];
-    flags_fault(Relation::MustRefuse, CacheFault::ZeroLengthAdvances, &dense(6, 0, None), &ops);
+    flags_fault(
+        Relation::MustRefuse,
+        CacheFault::ZeroLengthAdvances,
+        &dense(6, 0, None),
+        &ops,
+    );
     let (plan, good) = run(&SubjectSpec::Reference, &dense(6, 0, None), &ops);
     let mut bad = good.clone();
     bad.seen[2] = Seen::Ok {
         global_end: 4,
         view: None,
     };
-    assert_eq!(judged(Relation::GlobalEnd, &plan, &bad).violation.map(|v| v.step), Some(2));
+    assert_eq!(
+        judged(Relation::GlobalEnd, &plan, &bad)
+            .violation
+            .map(|v| v.step),
+        Some(2)
+    );
     assert_eq!(judged(Relation::GlobalEnd, &plan, &good).violation, None);
 }
