@@ -51,7 +51,9 @@ impl Payload {
         Payload { source, salt: None }
     }
 
-    fn writer(&self, batch: usize, head: usize) -> u64 {
+    /// The source whose rows batch row `batch` and head `head` carry: the
+    /// writer id of [`crate::check::payload::RowId`] for those rows.
+    pub fn writer(&self, batch: usize, head: usize) -> u64 {
         match self.salt {
             Some(Salt::Batch(b)) if b == batch => self.source + FRESH_SOURCE,
             Some(Salt::Head(h)) if h == head => self.source + FRESH_SOURCE,

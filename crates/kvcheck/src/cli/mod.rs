@@ -188,8 +188,10 @@ pub struct SubjectArgs {
     #[arg(long)]
     strict_domain: bool,
     /// What the subject is checked against: `model` (the reference model,
-    /// op by op), `self` (its own transformed runs: the relations of
-    /// docs/contract.md §9, no model; `self:M9` checks one), or another subject in
+    /// op by op), `self` (its own transformed runs and its run against the
+    /// invariants of one run: the relations M1–M10 and invariants I1–I8 of
+    /// docs/contract.md §9, no model; `relations` or `invariants` one kind,
+    /// `self:M9` or `self:I2` one check), or another subject in
     /// any `--subject` form (differential: both run the same steps). A
     /// trace that names its oracle is checked against it unless this is
     /// given [default: $KVCHECK_ORACLE, else the trace's oracle, else

@@ -65,12 +65,13 @@ pub struct Args {
     /// of the table).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// `model` (the engines above), or `self` / `self:M9`: the zoo checked
-    /// by the relations of docs/contract.md §9 alone, one column per relation (see
-    /// docs/relations.md).
+    /// `model` (the engines above), or `self` / `relations` / `invariants` /
+    /// `self:M9` / `self:I2`: the zoo checked by the relations and the
+    /// invariants of one run of docs/contract.md §9 alone, one column per
+    /// check (see docs/relations.md).
     #[arg(long, default_value = "model")]
     oracle: kvcheck::engine::oracle::Oracle,
-    /// With `--oracle self`: most cases drawn per fault and relation.
+    /// With `--oracle self`: most cases drawn per fault and check.
     #[arg(long, default_value_t = 400)]
     cases: u64,
 }

@@ -5,13 +5,14 @@
 //! (`fuzzcase`, feature `arbitrary`), and what is done with a failure:
 //! [`minimize`], [`replay`], [`explain`], [`triage`]; [`power`] measures
 //! them all on the zoo of faults. What a step is compared with is the
-//! [`oracle`]: the model, the [`relation`]s of docs/contract.md §9, or another
-//! subject.
+//! [`oracle`]: the model, the [`relation`]s of docs/contract.md §9 and the
+//! [`invariant`]s of one run, or another subject.
 
 pub mod explain;
 pub mod explore;
 #[cfg(feature = "arbitrary")]
 pub mod fuzzcase;
+pub mod invariant;
 pub mod machine;
 pub mod minimize;
 pub mod oracle;

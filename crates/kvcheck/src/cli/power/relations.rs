@@ -1,5 +1,6 @@
-//! `kvcheck power --oracle self`: the zoo checked by the relations alone,
-//! a column per relation, and why the faults no relation sees escape.
+//! `kvcheck power --oracle self`: the zoo checked by the relations and the
+//! invariants of one run alone, a column per check, and why the faults no
+//! check sees escape.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,8 @@ pub fn measure(
         .collect();
     let jobs = args.jobs.unwrap_or_else(|| settings.workers());
     eprintln!(
-        "kvcheck power --oracle self: {} rows × {} relations, cache {}, seed {}, at most {} cases or {} s per cell, {jobs} workers",
+        "kvcheck power --oracle {}: {} rows × {} checks, cache {}, seed {}, at most {} cases or {} s per cell, {jobs} workers",
+        args.oracle,
         rows.len(),
         relations.len(),
         args.cache,
@@ -109,24 +111,24 @@ pub fn measure(
     }
     println!("{judged}");
     println!(
-        "\ncells: cases drawn until the relation failed (· none within {} cases or {} s; KIND:N another divergence first, after N cases); {:.1} s in all",
+        "\ncells: cases drawn until the check (relation M, invariant I) failed (· none within {} cases or {} s; KIND:N another divergence first, after N cases); {:.1} s in all",
         args.cases,
         args.time,
         started.elapsed().as_secs_f64()
     );
     if !escaped.is_empty() {
-        println!("\nno relation sees:");
+        println!("\nno relation or invariant sees:");
         for (name, why) in &escaped {
             println!("  {name}: {why}");
         }
     }
     let faults = rows.iter().filter(|&&i| targets[i].fault.is_some()).count();
     println!(
-        "\n{} of {faults} faults caught by a relation",
+        "\n{} of {faults} faults caught by a relation or an invariant",
         faults - escaped.len()
     );
     if false_positive {
-        println!("FALSE POSITIVE: a relation failed on the correct cache");
+        println!("FALSE POSITIVE: a relation or an invariant failed on the correct cache");
         return Err(CliError::FalsePositive);
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! What a subject is checked against: the reference model, its own
-//! transformed runs (relations, docs/contract.md §9), or another subject.
+//! transformed runs and the invariants of one run (relations and
+//! invariants, docs/contract.md §9), or another subject.
 //!
 //! Every engine asks one question of a trace, [`Oracle::check`]: does the
 //! subject diverge, and where? An [`Oracle`] is a handle on a [`Judge`],
@@ -174,13 +175,19 @@ impl Oracle {
         Oracle::new(model::ModelJudge)
     }
 
-    /// The subject's own transformed runs: every relation (`self`) or one
-    /// (`self:M9`), [`DEFAULT_INSTANCES`](relation::DEFAULT_INSTANCES) of
+    /// The subject's own transformed runs and the invariants of one run:
+    /// every relation and invariant (`self`) or one (`self:M9`, `self:I2`), [`DEFAULT_INSTANCES`](relation::DEFAULT_INSTANCES) of
     /// each per trace ([`Oracle::with_relation_instances`] sets another
     /// count).
     pub fn relations(only: Option<Relation>) -> Oracle {
+        Oracle::self_checks(only.map_or(relations::Checks::All, relations::Checks::One))
+    }
+
+    /// The self checks `checks` names: every relation and invariant
+    /// (`self`), the relations or the invariants alone, or one of them.
+    pub fn self_checks(checks: relations::Checks) -> Oracle {
         Oracle::new(relations::RelationsJudge {
-            only,
+            checks,
             instances: relation::DEFAULT_INSTANCES,
         })
     }
@@ -190,7 +197,8 @@ impl Oracle {
         Oracle::new(differential::DifferentialJudge { other })
     }
 
-    /// Parses `model`, `self`, `self:M9` (or `self:refusal-pure`), or any
+    /// Parses `model`, `self`, `relations`, `invariants`, `self:M9` (or
+    /// `self:refusal-pure`, `self:I2`), or any
     /// form [`SubjectSpec::parse`] takes ([`PARSERS`]).
     pub fn parse(text: &str) -> Result<Oracle, relation::OracleError> {
         let text = text.trim();

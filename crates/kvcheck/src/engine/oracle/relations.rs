@@ -1,8 +1,9 @@
-//! The relations as an oracle (`self`, `self:M9`): the subject against its
-//! own transformed runs ([`crate::engine::relation`]), no model, so that a
-//! cache whose contract is not the project's can still be judged. Cases
-//! are shaped into the relations' domains before they are checked
-//! ([`domain`]).
+//! The self checks as an oracle: the subject against its own transformed
+//! runs ([`crate::engine::relation`], M1–M10) and its one run against the
+//! invariants of docs/contract.md §9 ([`crate::engine::invariant`],
+//! I1–I8), no model. `self` checks both, `relations` and `invariants` one
+//! kind, `self:M9` or `self:I2` one check. Cases are shaped into the
+//! relations' domains before they are checked ([`domain`]).
 
 use kvmodel::{Config, Op};
 use proptest::test_runner::TestRunner;
@@ -14,21 +15,40 @@ use crate::engine::machine::CaseError;
 use crate::engine::relation::{self, domain, Finding, NotChecked, OracleError, Relation, Work};
 use crate::subject::SubjectSpec;
 
-/// Every relation (`only` none) or one.
+/// Which self checks a [`RelationsJudge`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checks {
+    /// Every relation and every invariant (`self`).
+    All,
+    /// The relations between two runs, M1–M10 (`relations`): what a cache
+    /// whose contract is not the project's can still be asked, since the
+    /// invariants read the contract's own rules on one run.
+    Relations,
+    /// The invariants of one run, I1–I8 (`invariants`).
+    Invariants,
+    /// One relation or invariant (`self:M9`, `self:I2`).
+    One(Relation),
+}
+
+/// The relations and invariants of [`Checks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RelationsJudge {
-    /// The one relation checked, if not all.
-    pub only: Option<Relation>,
+    /// The checks run.
+    pub checks: Checks,
     /// Instances of each relation tried per trace (`limit` of
     /// [`relation::find`]; `KVCHECK_RELATION_INSTANCES` at the entry
     /// points).
     pub instances: usize,
 }
 
-/// `self`, `self:M9` or `self:refusal-pure`.
+/// `self`, `relations`, `invariants`, `self:M9` or `self:refusal-pure`
+/// (`self:I2`, `self:sinks-stay`).
 pub fn parse(text: &str) -> Option<Result<Oracle, OracleError>> {
-    if text == "self" {
-        return Some(Ok(Oracle::relations(None)));
+    match text {
+        "self" => return Some(Ok(Oracle::self_checks(Checks::All))),
+        "relations" => return Some(Ok(Oracle::self_checks(Checks::Relations))),
+        "invariants" => return Some(Ok(Oracle::self_checks(Checks::Invariants))),
+        _ => {}
     }
     let name = text.strip_prefix("self:")?;
     Some(
@@ -42,23 +62,31 @@ pub fn parse(text: &str) -> Option<Result<Oracle, OracleError>> {
 
 impl Judge for RelationsJudge {
     fn name(&self) -> String {
-        match self.only {
-            None => "self".to_string(),
-            Some(r) => format!("self:{}", r.id()),
+        match self.checks {
+            Checks::All => "self".to_string(),
+            Checks::Relations => "relations".to_string(),
+            Checks::Invariants => "invariants".to_string(),
+            Checks::One(r) => format!("self:{}", r.id()),
         }
     }
 
     fn describe(&self) -> String {
-        match self.only {
-            None => "the subject against its own transformed runs, relations M1–M10".to_string(),
-            Some(r) => format!("the subject against its own runs, relation {r}"),
+        match self.checks {
+            Checks::All => "the subject against its own transformed runs and the invariants of one run, relations M1–M10 and invariants I1–I8".to_string(),
+            Checks::Relations => "the subject against its own transformed runs, relations M1–M10".to_string(),
+            Checks::Invariants => "each run against the invariants of one run, I1–I8".to_string(),
+            Checks::One(r) if r.is_invariant() => format!("each run against invariant {r}"),
+            Checks::One(r) => format!("the subject against its own runs, relation {r}"),
         }
     }
 
+    /// A failure's trace names the check that failed; this tag (every
+    /// check, `self`) is only that of a run that misbehaved outright,
+    /// which every selection finds alike.
     fn tag(&self) -> Option<OracleTag> {
-        Some(match self.only {
-            None => OracleTag::all_relations(),
-            Some(r) => OracleTag::relation(r),
+        Some(match self.checks {
+            Checks::One(r) => OracleTag::relation(r),
+            _ => OracleTag::all_relations(),
         })
     }
 
@@ -85,8 +113,9 @@ impl Judge for RelationsJudge {
 
     /// Only the relation that failed needs to keep failing.
     fn narrowed(&self, divergence: &Divergence) -> Option<Oracle> {
-        match (self.only, divergence.kind) {
-            (None, DivergenceKind::Relation(r)) => {
+        match (self.checks, divergence.kind) {
+            (Checks::One(_), _) => None,
+            (_, DivergenceKind::Relation(r)) => {
                 Some(Oracle::relations(Some(r)).with_relation_instances(self.instances))
             }
             _ => None,
@@ -110,9 +139,11 @@ impl Judge for RelationsJudge {
     }
 
     fn relations(&self) -> Vec<Relation> {
-        match self.only {
-            None => Relation::ALL.to_vec(),
-            Some(r) => vec![r],
+        match self.checks {
+            Checks::All => Relation::ALL.to_vec(),
+            Checks::Relations => Relation::RELATIONS.to_vec(),
+            Checks::Invariants => Relation::INVARIANTS.to_vec(),
+            Checks::One(r) => vec![r],
         }
     }
 

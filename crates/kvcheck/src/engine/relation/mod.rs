@@ -36,6 +36,7 @@ use crate::check::lockstep::Cut;
 use crate::check::record::{observe, Plan, Seen, Transcript};
 pub use crate::check::relation::Relation;
 use crate::check::trace::{OracleTag, Trace};
+use crate::engine::invariant::first_violation;
 use crate::subject::{SubjectError, SubjectSpec, Unsupported};
 use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
@@ -199,9 +200,11 @@ pub struct Finding {
     pub mismatch: Option<Mismatch>,
 }
 
-/// Runs `ops` on `subject`, then every instance of `relations` (at most
-/// `limit` per relation), and returns the first relation failure as a
-/// divergence. `work` counts the runs and ops spent.
+/// Runs `ops` on `subject`, judges the invariants among `relations` on
+/// that run ([`crate::engine::invariant`], no second run), then runs every
+/// instance of the other relations (at most `limit` per relation), and
+/// returns the first failure as a divergence. `work` counts the runs and
+/// ops spent.
 pub fn check(
     config: &Config,
     ops: &[Op],
@@ -249,11 +252,33 @@ pub fn find(
         };
         return Ok(Some(settle(left.clone(), left, identity, None, &name, tag)));
     }
+    // The invariants first: they need no second run.
+    let (invariants, relations): (Vec<Relation>, Vec<Relation>) =
+        relations.iter().partition(|r| r.is_invariant());
+    let values = capabilities.values;
+    if let Some((invariant, v)) =
+        first_violation(&invariants, &original, &run, values, &mut work.judged)
+    {
+        let required = Side {
+            title: format!("what {invariant} requires"),
+            ..left.clone()
+        };
+        let mismatch = Mismatch {
+            original: v.step,
+            transformed: v.step,
+            expected: v.expected,
+            actual: v.actual,
+        };
+        let (pairs, tag) = (identity(ops.len()), OracleTag::relation(invariant));
+        let mut finding = settle(required, left, pairs, Some(mismatch), &name, tag);
+        finding.divergence.kind = DivergenceKind::Relation(invariant);
+        return Ok(Some(finding));
+    }
     let compared = Compared {
-        values: capabilities.values,
+        values,
         exact: subject.exact_kinds(),
     };
-    for &relation in relations {
+    for &relation in &relations {
         let mut judged = false;
         for instance in instances(relation, &original, &run, &capabilities, limit) {
             let other = run_counted(subject, &instance.plan, work)?;

@@ -1,14 +1,15 @@
-//! The power of the relations alone: the zoo of faults
+//! The power of the relations and invariants alone: the zoo of faults
 //! ([`kvcache::fault::CacheFault`]) checked with no model, and for each
 //! fault the relation that catches it, after how much work, and whether the
 //! minimized counterexample replays.
 //!
 //! Cases are drawn like the `run` engine's (every profile the subject
 //! allows, round robin, fixed seeds) and checked whole by
-//! [`super::check`] with every relation. A fault no relation sees is
-//! explained by [`invisible`]: the bugs a cache can make consistently, so
-//! that every transformed run agrees with the original one and only the
-//! model can tell.
+//! [`super::check`] with every relation and invariant. A fault no check
+//! sees is explained by [`invisible`]: the bugs a cache can make
+//! consistently, so that every transformed run agrees with the original
+//! one, and that break no rule one run can be judged by without the
+//! model.
 
 use std::time::{Duration, Instant};
 
@@ -151,42 +152,36 @@ pub fn catch_on(
     row
 }
 
-/// Why no relation can see `fault`: what it does is the same in every run
-/// a relation compares, so the original and the transformed runs agree.
+/// Why no relation and no invariant can see `fault` (or, for a fault some
+/// check sees, why the relations alone miss it): what it does is the same
+/// in every run a relation compares, so the original and the transformed
+/// runs agree, and no single run breaks a rule of the contract that holds
+/// without the model.
 pub fn invisible(fault: CacheFault) -> &'static str {
     match fault {
+        CacheFault::Int4NibblesSwapped | CacheFault::ScaleReciprocal => {
+            "only cold (quantized) values are wrong, the same function of each row and its chunk's age in every run: M3 and M4 change rows independently and quantization stays per row, M7 leaves quantized caches out, and I5 judges exact-value rows only (a cold row's codes are the reference quantizer's, the model's to judge)"
+        }
+        CacheFault::KeepRecentCountsCurrent | CacheFault::SinkChunkPacked => {
+            "the relations see the cold values as a fixed function of each row in every run; I5 sees a chunk the contract keeps hot (§6: among the keep_recent_chunks most recent, or starting below the sink without pack_sink) come back quantized"
+        }
         CacheFault::EvictedRewriteOnSink => {
-            "accepts a rewrite of evicted positions where docs/contract.md refuses it; it does so in every run alike, and the rows it lands on the sink are the same bytes whatever the transformation: a different contract, consistent with itself"
+            "accepts a rewrite of evicted positions in every run alike (a different contract, consistent with itself); I5 sees the sink rows holding the rewrite's bytes"
         }
-        CacheFault::WindowDropsSink => {
-            "with W < C the view leaves out the sink in every run (sglang's D1): consistent with itself, only the model says the sink belongs in the view"
-        }
-        CacheFault::ZeroLengthAdvances => {
-            "a zero-length write past the global end moves it, in every run alike; M6 probes at the global end, not past it, so no transformation adds or removes such a write"
+        CacheFault::WindowDropsSink | CacheFault::EvictRemovesSink => {
+            "the view leaves out a sink in every run alike; I2 sees a written sink missing from a view"
         }
         CacheFault::WindowDoubleCountsSink => {
-            "the window shows S fewer recent positions than W allows, in every run alike: another window rule, consistent with itself"
+            "another window rule, consistent with itself; I4 sees S fewer recent positions than W − |P| allows"
         }
         CacheFault::PinLostOnMisalignedRoll => {
-            "whether the pin is lost depends on the chunk lengths against the pin's distance to the sink; the one relation that changes chunk lengths (M7) leaves pins out, and every other run rolls with the same steps"
+            "the one relation that changes chunk lengths (M7) leaves pins out; I3 sees the pinned positions gone while the pin stands"
         }
         CacheFault::PinDuplicatedInView => {
-            "the pinned range is listed twice in every view of every run: a consistent view rule that only the model calls wrong"
-        }
-        CacheFault::EvictRemovesSink => {
-            "eviction drops the first sink position in every run alike (M8 and M9 add or remove no eviction): consistent with itself"
+            "the pinned range is listed twice in every run; I1 sees it in one"
         }
         CacheFault::PackedReturnsEveryHead => {
-            "a head-range write returns every head in every run alike (D10); the relations read such a view by the heads its bytes hold, so the rows they compare agree"
-        }
-        CacheFault::GapWriteAccepted => {
-            "a write past the global end is accepted in every run alike: a different contract, consistent with itself"
-        }
-        CacheFault::KeepRecentCountsCurrent
-        | CacheFault::SinkChunkPacked
-        | CacheFault::Int4NibblesSwapped
-        | CacheFault::ScaleReciprocal => {
-            "the cold values are a fixed function of each row and its chunk's age, the same in every run: M3 and M4 change rows independently and quantization stays per row, M7 leaves quantized caches out (chunk sizes decide which chunks go cold); only the model's reference quantizer knows the right codes"
+            "a head-range write returns every head in every run alike (D10); I6 sees a view with more heads than written"
         }
         _ => "not caught within the budget",
     }
