@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         super::announce(subject);
         super::announce_oracle(&oracle);
     }
-    let (mut passed, mut failed, mut unreadable, mut skipped) = (0, 0, 0, 0);
+    let (mut passed, mut failed, mut unreadable, mut skipped, mut cut) = (0, 0, 0, 0, 0);
     let mut json_results = Vec::new();
     for file in &files {
         let mut trace = match Trace::load(file) {
@@ -72,6 +72,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             skipped += 1;
         } else if report.passed() {
             passed += 1;
+            cut += usize::from(report.outside.is_some());
         } else {
             failed += 1;
         }
@@ -88,7 +89,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         );
     } else {
         println!(
-            "{passed} passed, {failed} failed{}{}",
+            "{passed} passed{}, {failed} failed{}{}",
+            if cut > 0 {
+                format!(" ({cut} judged only up to where they leave the subject's domain)")
+            } else {
+                String::new()
+            },
             if skipped > 0 {
                 format!(", {skipped} skipped (unsupported by the subject)")
             } else {
@@ -122,6 +128,7 @@ fn print_report(report: &ReplayReport, trace: &Trace, quiet: bool) {
     };
     let status = match (&report.skipped, report.passed()) {
         (Some(_), _) => "SKIP ",
+        (None, true) if report.outside.is_some() => "CUT  ",
         (None, true) => "PASS ",
         (None, false) => "FAIL ",
     };
@@ -136,6 +143,9 @@ fn print_report(report: &ReplayReport, trace: &Trace, quiet: bool) {
     }
     if let Some(why) = &report.skipped {
         println!("      {why}");
+    }
+    if let Some(note) = report.outside_note() {
+        println!("      {note}");
     }
     if let Some(failure) = report.failure() {
         for line in failure.lines() {
@@ -153,6 +163,12 @@ fn report_json(report: &ReplayReport) -> serde_json::Value {
         "expect_mismatch": report.expect_mismatch,
         "setup_error": report.setup_error,
         "skipped": report.skipped,
+        "outside": report.outside.as_ref().map(|cut| json!({
+            "step": cut.step,
+            "op": cut.op,
+            "reason": cut.reason,
+            "answered": cut.answered,
+        })),
         "divergence": report.divergence.as_ref().map(|d| json!({
             "step": d.step,
             "op": d.op,

@@ -24,7 +24,7 @@ use kvcache::{RingLayout, Slot};
 use kvmodel::{format_ranges, Op, Outcome};
 
 use crate::check::divergence::{describe_config, describe_outcome, Divergence};
-use crate::check::lockstep::{Lockstep, SetupError};
+use crate::check::lockstep::{Cut, Lockstep, SetupError};
 use crate::check::trace::Trace;
 use crate::subject::SubjectSpec;
 
@@ -125,6 +125,9 @@ pub struct Walk {
     pub steps: Vec<StepView>,
     /// The first divergence, if any.
     pub divergence: Option<Box<Divergence>>,
+    /// Where the trace left the subject's domain, if it did: the walk
+    /// stops before that op, which is not judged.
+    pub outside: Option<Cut>,
 }
 
 impl Walk {
@@ -200,9 +203,14 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
         ops: trace.ops.len(),
         steps: Vec::new(),
         divergence: None,
+        outside: None,
     };
     for (index, op) in trace.ops.iter().enumerate() {
         let result = run.step(op);
+        if let Some(cut) = run.cut() {
+            walk.outside = Some(cut.clone());
+            break;
+        }
         let (outcome, visible, written) = match &result {
             Ok(outcome) => {
                 let visible = match outcome {
@@ -366,11 +374,27 @@ pub fn render_text(walk: &Walk, colour: bool) -> String {
             }
         }
     }
-    let _ = writeln!(
-        out,
-        "\nno divergence: {} matches the model on all {} ops",
-        walk.subject, walk.ops
-    );
+    match &walk.outside {
+        Some(cut) => {
+            let how = if cut.answered {
+                "the subject answered outside its domain"
+            } else {
+                "its declared domain leaves it out"
+            };
+            let _ = writeln!(
+                out,
+                "\nstep {}: {}\n  outside: {how} ({})\n\nno divergence in the {} ops before it; the trace leaves the subject's domain there, and nothing from it on is judged",
+                cut.step, cut.op, cut.reason, cut.step
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\nno divergence: {} matches the model on all {} ops",
+                walk.subject, walk.ops
+            );
+        }
+    }
     out
 }
 

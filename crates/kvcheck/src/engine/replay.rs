@@ -9,7 +9,8 @@ use serde::Serialize;
 use crate::check::divergence::{describe_outcome, Divergence};
 use crate::check::trace::Trace;
 use crate::engine::oracle::Oracle;
-use crate::engine::relation::NotChecked;
+use crate::check::lockstep::Cut;
+use crate::engine::relation::{NotChecked, Work};
 use crate::subject::SubjectSpec;
 
 /// The first step whose model outcome differs from the trace's `expect`.
@@ -51,6 +52,10 @@ pub struct ReplayReport {
     /// subject: …`): it was not run on the subject, which is neither a pass
     /// nor a divergence.
     pub skipped: Option<String>,
+    /// Where the trace left the subject's domain: the op the subject
+    /// answered *outside* (or its declared domain leaves out) and why.
+    /// Nothing from that op on was judged; what came before passed.
+    pub outside: Option<Cut>,
 }
 
 impl ReplayReport {
@@ -96,6 +101,22 @@ impl ReplayReport {
             return Some(e.clone());
         }
         self.divergence.as_ref().map(|d| d.to_string())
+    }
+
+    /// Where the trace left the subject's domain, in words: a replay that
+    /// passed judged only the ops before it.
+    pub fn outside_note(&self) -> Option<String> {
+        self.outside.as_ref().map(|cut| {
+            let how = if cut.answered {
+                "the subject answered outside its domain"
+            } else {
+                "its declared domain leaves it out"
+            };
+            format!(
+                "the trace leaves the subject's domain at step {} ({}): {how} ({}); only the {} ops before it were judged",
+                cut.step, cut.op, cut.reason, cut.step
+            )
+        })
     }
 }
 
@@ -149,6 +170,7 @@ pub fn replay_with(
                 divergence: None,
                 setup_error: Some(format!("config.{e}")),
                 skipped: None,
+                outside: None,
             }
         }
     };
@@ -182,6 +204,7 @@ pub fn replay_with(
         divergence: None,
         setup_error: None,
         skipped: None,
+        outside: None,
     };
     let Some(subject) = subject else {
         return report;
@@ -196,7 +219,10 @@ pub fn replay_with(
     if !oracle.is_default() {
         report.subject = Some(format!("{} (oracle {oracle})", subject.name(&trace.config)));
     }
-    match oracle.check(&trace.config, &trace.ops, &subject) {
+    let mut work = Work::default();
+    let checked = oracle.check_counted(&trace.config, &trace.ops, &subject, &mut work);
+    report.outside = work.cut;
+    match checked {
         Err(NotChecked::Unsupported(e)) => report.skipped = Some(e.to_string()),
         Err(e) => report.setup_error = Some(e.to_string()),
         Ok(None) => {}

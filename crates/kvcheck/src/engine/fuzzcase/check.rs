@@ -130,7 +130,13 @@ pub(super) fn decode_into(
         // Fills with zeros past the end: never fails.
         let _ = u.fill_buffer(&mut bytes);
         let op = restrict_op(decode_op(bytes, &cursor), &cursor, capabilities);
+        // Inside the subject's declared domain, where it declares one.
+        let op = run.shape(op);
         let outcome = run.step(&op)?;
+        if run.cut().is_some() {
+            // Left the subject's domain: nothing after it is judged.
+            break;
+        }
         cursor.follow(
             &op,
             outcome.error_kind().is_none(),
