@@ -280,6 +280,9 @@ impl Capabilities {
     /// cannot, so suites do not require them.
     pub fn allows_event(&self, event: &str) -> bool {
         let op = |kind| self.has_op(kind);
+        if self.domain.as_ref().is_some_and(|d| !d.allows_event(event)) {
+            return false;
+        }
         match event {
             "pin" | "unpin" | "pin_during_eviction" | "error:pin_range" => op(OpKind::Pin),
             "rewind_into_evicted" | "error:rewind_ahead" => op(OpKind::Rewind),

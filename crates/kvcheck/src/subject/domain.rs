@@ -174,6 +174,29 @@ impl Domain {
         }
     }
 
+    /// Whether ops inside this domain can reach the labelled coverage
+    /// `event` (see `check::coverage`): a suite does not require an event
+    /// only requests the domain leaves out reach, such as the refusal of a
+    /// gap when `gaps` is false.
+    pub fn allows_event(&self, event: &str) -> bool {
+        match event {
+            "error:non_sequential" => self.gaps,
+            "error:invalid_argument" | "error:negative_window" | "error:head_range" => {
+                self.malformed
+            }
+            "error:chunk_too_large" => self.oversized,
+            // Only a rewrite of an older chunk can reach evicted rows or
+            // overlap two writes.
+            "error:evicted" | "overlap_write" => {
+                self.rewrites == Rewrites::Any
+            }
+            "tail_rewrite" => self.rewrites != Rewrites::None,
+            "error:evict_too_many" => self.evict == Moves::Any,
+            "error:pin_range" | "unpin" => self.pin == Moves::Any,
+            _ => true,
+        }
+    }
+
     /// Whether this is the contract's whole domain.
     pub fn is_whole(&self) -> bool {
         *self == Domain::default()

@@ -6,6 +6,7 @@
 mod capabilities;
 mod cli;
 mod cli_support;
+mod domains;
 mod exec_reports;
 mod exec_subject;
 mod explain;
