@@ -66,7 +66,10 @@ fn strategies_draw_only_supported_configs_and_ops() {
             assert!(caps.supports_config(&config).is_ok(), "{config:?}");
             let mut state = RefState::for_subject(&config, Arc::clone(&caps));
             for _ in 0..30 {
-                let op = ops(&state).new_tree(&mut runner).unwrap().current();
+                let op = (profile.ops)(&state)
+                    .new_tree(&mut runner)
+                    .unwrap()
+                    .current();
                 assert!(
                     caps.supports_op(&op).is_ok(),
                     "profile {}: {op}",
@@ -94,7 +97,8 @@ fn strategies_draw_only_supported_configs_and_ops() {
             "growth",
             "multi-head",
             "batch2",
-            "packed"
+            "packed",
+            "pipeline"
         ]
     );
 }
