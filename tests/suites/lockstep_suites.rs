@@ -73,7 +73,7 @@ fn packed() {
 fn ring_every_dense_profile() {
     let settings = SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"));
     let report = check_subject(&SubjectSpec::Ring, &settings).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(report.ran.len(), 8, "{report}");
+    assert_eq!(report.ran.len(), 9, "{report}");
     assert_eq!(report.skipped.len(), 1, "{report}");
 }
 

@@ -16,5 +16,5 @@ fn ring_of_rows_passes_the_suites() {
         kvcheck::engine::suite::assert_all("ring-of-rows", capabilities, |config, device| {
             Ok(Box::new(RingOfRows::new(config, device)?))
         });
-    assert_eq!(report.ran.len(), 7, "{report}");
+    assert_eq!(report.ran.len(), 8, "{report}");
 }
