@@ -311,7 +311,10 @@ mod tests {
             len,
         };
         for (slot, len) in [(0, 5), (1, 4), (3, 2)] {
-            assert!(buf.inplace_op1(&zero(2, slot, len)).is_err(), "{slot}+{len}");
+            assert!(
+                buf.inplace_op1(&zero(2, slot, len)).is_err(),
+                "{slot}+{len}"
+            );
         }
         // Three batch rows claimed in a buffer of two.
         assert!(buf.inplace_op1(&zero(3, 0, 1)).is_err());

@@ -7,9 +7,9 @@ use kvmodel::{Model, Op, Outcome};
 use serde::Serialize;
 
 use crate::check::divergence::{describe_outcome, Divergence};
+use crate::check::lockstep::Cut;
 use crate::check::trace::Trace;
 use crate::engine::oracle::Oracle;
-use crate::check::lockstep::Cut;
 use crate::engine::relation::{NotChecked, Work};
 use crate::subject::SubjectSpec;
 

@@ -187,9 +187,7 @@ impl Domain {
             "error:chunk_too_large" => self.oversized,
             // Only a rewrite of an older chunk can reach evicted rows or
             // overlap two writes.
-            "error:evicted" | "overlap_write" => {
-                self.rewrites == Rewrites::Any
-            }
+            "error:evicted" | "overlap_write" => self.rewrites == Rewrites::Any,
             "tail_rewrite" => self.rewrites != Rewrites::None,
             "error:evict_too_many" => self.evict == Moves::Any,
             "error:pin_range" | "unpin" => self.pin == Moves::Any,

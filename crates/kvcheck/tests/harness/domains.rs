@@ -15,12 +15,12 @@ use kvcache::fault::CacheFault;
 use kvcache::{KvCache, Layout, RingLayout, SegmentedView, View};
 use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::Lockstep;
-use kvcheck::engine::machine::{CASE_RUNNERS, SuiteSettings};
+use kvcheck::engine::machine::{SuiteSettings, CASE_RUNNERS};
 use kvcheck::engine::minimize::minimize;
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::relation::Work;
 use kvcheck::engine::strategy::PROFILES;
-use kvcheck::subject::domain::{Chunks, Rewrites};
+use kvcheck::subject::domain::Rewrites;
 use kvcheck::subject::{Capabilities, Domain, Factory, OpKind, SubjectSpec};
 use kvcheck::{Config, Explorer, Op, Trace, Write};
 use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestRunner};
@@ -183,7 +183,15 @@ fn what_comes_before_the_cut_is_still_judged() {
     // The bug shows at op 5 (a rewrite after the roll lands S rows early);
     // a later op outside the domain does not hide it.
     let subject = pipeline(Some(CacheFault::SlotIgnoresSink), None);
-    let ops = [w(0, 2), w(2, 2), w(4, 2), w(6, 2), w(8, 2), w(8, 2), w(13, 1)];
+    let ops = [
+        w(0, 2),
+        w(2, 2),
+        w(4, 2),
+        w(6, 2),
+        w(8, 2),
+        w(8, 2),
+        w(13, 1),
+    ];
     let (found, _) = check(&subject, &ops);
     assert_eq!(found, Some(DivergenceKind::Values));
 }
@@ -195,7 +203,11 @@ fn a_declared_domain_keeps_requests_outside_it_unsent() {
     assert_eq!(found, None);
     let cut = work.cut.expect("cut");
     assert!(!cut.answered, "never sent");
-    assert!(cut.reason.contains("\"rewrites\": \"latest\""), "{}", cut.reason);
+    assert!(
+        cut.reason.contains("\"rewrites\": \"latest\""),
+        "{}",
+        cut.reason
+    );
 }
 
 #[test]
@@ -251,7 +263,10 @@ fn a_declared_pipeline_draws_inside_its_domain_and_passes() {
         assert!(drawn > 200, "{profile}: {drawn}");
         // Evictions and pins outside a scene cut are shaped into one, which
         // this loop still answers outside: under 5 % of the draws.
-        assert!(outside * 20 < drawn, "{profile}: {outside} of {drawn} outside");
+        assert!(
+            outside * 20 < drawn,
+            "{profile}: {outside} of {drawn} outside"
+        );
     }
 }
 
