@@ -64,7 +64,8 @@ pub fn draw_case<F: Family>(
 }
 
 /// [`draw_case`] within `capabilities` instead of `subject`'s own (those
-/// of two subjects that both run the case, [`shared_capabilities`]).
+/// of two subjects that both run the case,
+/// [`shared_capabilities`](super::shared_capabilities)).
 pub fn draw_case_within<F: Family>(
     runner: &mut TestRunner,
     max_ops: usize,
@@ -124,11 +125,13 @@ pub fn run_case_on<F: Family>(
     Ok(outcome)
 }
 
-/// A case draw per entry of [`PROFILES`], in the same order.
+/// A case draw per entry of
+/// [`PROFILES`](crate::engine::strategy::PROFILES), in the same order.
 pub type CaseDraw =
     fn(&mut TestRunner, usize, &SubjectSpec) -> Result<(Config, Vec<Op>), CaseError>;
 
-/// A case drawer within given capabilities per entry of [`PROFILES`], in
+/// A case drawer within given capabilities per entry of
+/// [`PROFILES`](crate::engine::strategy::PROFILES), in
 /// the same order.
 pub type CaseDrawWithin = fn(
     &mut TestRunner,
@@ -137,5 +140,6 @@ pub type CaseDrawWithin = fn(
     Arc<Capabilities>,
 ) -> Result<(Config, Vec<Op>), CaseError>;
 
-/// A case runner per entry of [`PROFILES`], in the same order.
+/// A case runner per entry of
+/// [`PROFILES`](crate::engine::strategy::PROFILES), in the same order.
 pub type CaseRunner = fn(&mut TestRunner, usize, &SubjectSpec) -> Result<CaseOutcome, CaseError>;
