@@ -291,4 +291,38 @@ mod tests {
         let got: Vec<f32> = dst.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(got, vec![4.0, 5.0, 6.0, 7.0]);
     }
+
+    /// A zeroing that reaches past the slots of a batch row, or past the
+    /// buffer's batch rows, is refused (an error, not a panic or a write
+    /// into the next row) before anything is zeroed; one inside is done.
+    /// Both sums of the bounds check count: with `slot · len` a run of
+    /// slots starting at 0 or 1 passes the slot check, and with
+    /// `start · B · plane` a buffer at offset 0 passes the size check.
+    #[test]
+    fn zero_rows_refuses_rows_outside_the_buffer() {
+        let device = Device::Cpu;
+        // [B = 2, C = 4, H · D = 2]: 16 elements, all ones.
+        let buf = Tensor::ones((2, 4, 1, 2), candle_core::DType::F32, &device).unwrap();
+        let zero = |batch, slot, len| ZeroRows {
+            batch,
+            slots: 4,
+            row: 2,
+            slot,
+            len,
+        };
+        for (slot, len) in [(0, 5), (1, 4), (3, 2)] {
+            assert!(
+                buf.inplace_op1(&zero(2, slot, len)).is_err(),
+                "{slot}+{len}"
+            );
+        }
+        // Three batch rows claimed in a buffer of two.
+        assert!(buf.inplace_op1(&zero(3, 0, 1)).is_err());
+        let after: Vec<f32> = buf.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(after.iter().all(|&x| x == 1.0));
+        buf.inplace_op1(&zero(2, 1, 3)).unwrap();
+        let got: Vec<f32> = buf.flatten_all().unwrap().to_vec1().unwrap();
+        let row = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        assert_eq!(got, [row, row].concat());
+    }
 }

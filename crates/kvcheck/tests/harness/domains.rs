@@ -20,7 +20,7 @@ use kvcheck::engine::minimize::minimize;
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::relation::Work;
 use kvcheck::engine::strategy::PROFILES;
-use kvcheck::subject::domain::{Chunks, Rewrites};
+use kvcheck::subject::domain::Rewrites;
 use kvcheck::subject::{Capabilities, Domain, Factory, OpKind, SubjectSpec};
 use kvcheck::{Config, Explorer, Op, Trace, Write};
 use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestRunner};
