@@ -12,7 +12,7 @@ use kvcheck::engine::explore::Alphabet;
 use kvcheck::engine::fuzzcase::FuzzCase;
 use kvcheck::engine::machine::CASE_RUNNERS;
 use kvcheck::engine::minimize::minimize;
-use kvcheck::engine::strategy::{ops, profile_configs, profile_support, RefState, PROFILES};
+use kvcheck::engine::strategy::{profile_configs, profile_support, RefState, PROFILES};
 use kvcheck::subject::{Capabilities, Factory, Fault, OpKind, ReferenceCache, SubjectSpec};
 use kvcheck::{Config, Dtype, Model, Op, Variant, Write};
 use proptest::strategy::{Strategy, ValueTree};

@@ -143,6 +143,18 @@ impl<'e> Bfs<'e> {
         Ok(run)
     }
 
+    /// [`Bfs::rebuild`] for an expansion: the steps counted into `x`, and
+    /// a failure recorded as its divergence (`None`: the expansion ends).
+    fn rebuild_for(&self, path: &[Op], x: &mut Expansion) -> Option<Lockstep> {
+        match self.rebuild(path, &mut x.replayed_steps) {
+            Ok(run) => Some(run),
+            Err(d) => {
+                x.divergence = Some(d);
+                None
+            }
+        }
+    }
+
     pub(super) fn run(mut self) -> Result<ExploreReport, Box<Divergence>> {
         let started = Instant::now();
         let e = self.explorer;
@@ -280,12 +292,8 @@ impl<'e> Bfs<'e> {
         } else {
             self.path(node)
         };
-        let mut run = match self.rebuild(&path, &mut x.replayed_steps) {
-            Ok(run) => run,
-            Err(d) => {
-                x.divergence = Some(d);
-                return x;
-            }
+        let Some(mut run) = self.rebuild_for(&path, &mut x) else {
+            return x;
         };
         let here = fingerprint(run.model(), run.cache());
         let ops = self
@@ -312,13 +320,10 @@ impl<'e> Bfs<'e> {
                     }
                     let first = || format!("depth {}", depth + 1);
                     x.triage.record(x.transitions - 1, first, shortest);
-                    run = match self.rebuild(&path, &mut x.replayed_steps) {
-                        Ok(run) => run,
-                        Err(d) => {
-                            x.divergence = Some(d);
-                            return x;
-                        }
+                    let Some(fresh) = self.rebuild_for(&path, &mut x) else {
+                        return x;
                     };
+                    run = fresh;
                     continue;
                 }
             };
@@ -326,13 +331,10 @@ impl<'e> Bfs<'e> {
                 // Answered outside: not a state of the subject, and not
                 // expanded (the path to it leaves the subject's domain).
                 x.outside += 1;
-                run = match self.rebuild(&path, &mut x.replayed_steps) {
-                    Ok(run) => run,
-                    Err(d) => {
-                        x.divergence = Some(d);
-                        return x;
-                    }
+                let Some(fresh) = self.rebuild_for(&path, &mut x) else {
+                    return x;
                 };
+                run = fresh;
                 continue;
             }
             x.coverage.observe(&before, run.model(), &op, &outcome);
@@ -355,13 +357,10 @@ impl<'e> Bfs<'e> {
             if !diverged && !self.seen.contains(&there) {
                 x.children.push((there, op));
             }
-            run = match self.rebuild(&path, &mut x.replayed_steps) {
-                Ok(run) => run,
-                Err(d) => {
-                    x.divergence = Some(d);
-                    return x;
-                }
+            let Some(fresh) = self.rebuild_for(&path, &mut x) else {
+                return x;
             };
+            run = fresh;
         }
         x
     }
