@@ -174,13 +174,23 @@ impl DomainTally {
 warning: more than {:.0}% of the drawn ops were outside the subject's domain",
                 100.0 * OUTSIDE_WARNING
             ));
-            let top = self.declarations.iter().max_by_key(|(_, n)| **n);
-            match top {
-                Some((declaration, n)) => line.push_str(&format!(
-                    "; declaring {{{declaration}}} in its domain would keep {n} of the {} cut ops from being drawn (docs/subject-protocol.md, domain)",
+            // The declarations that would have kept the most cut cases
+            // inside, most first: together they are the domain to declare.
+            let mut ranked: Vec<(&String, &u64)> = self.declarations.iter().collect();
+            ranked.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            if ranked.is_empty() {
+                line.push_str("; declare its domain (docs/subject-protocol.md, domain)");
+            } else {
+                let named: Vec<String> = ranked
+                    .iter()
+                    .take(4)
+                    .map(|(declaration, n)| format!("{declaration} ({n})"))
+                    .collect();
+                line.push_str(&format!(
+                    "; declaring in its domain {} would keep that many of the {} cut cases inside (docs/subject-protocol.md, domain)",
+                    named.join(", "),
                     self.cuts
-                )),
-                None => line.push_str("; declare its domain (docs/subject-protocol.md, domain)"),
+                ));
             }
         }
         Some(line)

@@ -339,3 +339,34 @@ fn minimize_never_returns_a_trace_that_leaves_the_domain() {
     assert_eq!(found, Some(m.divergence.kind));
     assert!(work.cut.is_none(), "{}", m.trace.to_json());
 }
+
+#[test]
+fn the_outside_share_warns_and_names_the_declarations_to_make() {
+    use kvcheck::report::DomainTally;
+    let mut tally = DomainTally::default();
+    // Judged whole: no line at all.
+    tally.count(10, None);
+    assert_eq!(tally.summary(), None);
+    // Three of four cases cut early: well over the threshold.
+    tally.count(10, Some((1, Some("\"gaps\": false"))));
+    tally.count(10, Some((2, Some("\"gaps\": false"))));
+    tally.count(10, Some((0, Some("\"probes\": \"after_append\""))));
+    let line = tally.summary().unwrap();
+    assert!(
+        line.contains("27 of 40 drawn ops (67.5%), 3 cases cut"),
+        "{line}"
+    );
+    assert!(line.contains("warning"), "{line}");
+    let gaps = line
+        .find("\"gaps\": false (2)")
+        .expect("named with its count");
+    let probes = line
+        .find("\"probes\": \"after_append\" (1)")
+        .expect("named");
+    assert!(gaps < probes, "most cut cases first: {line}");
+    // Under the threshold: the share, no warning.
+    let mut low = DomainTally::default();
+    low.count(100, Some((95, None)));
+    let line = low.summary().unwrap();
+    assert!(!line.contains("warning"), "{line}");
+}
