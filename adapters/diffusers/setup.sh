@@ -40,74 +40,20 @@ patch_file="${DIFFUSERS_PATCH:-}"
 src="${DIFFUSERS_SRC:-}"
 marker="$venv/KVCHECK_DIFFUSERS_READY"
 
-if [ -n "$patch_file" ] && [ -n "$src" ]; then
-    echo "setup: DIFFUSERS_PATCH and DIFFUSERS_SRC exclude each other" >&2
-    exit 2
-fi
-
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
+kit_exclusive DIFFUSERS
 torch_venv "$venv" "$torch_version"
 
-# What this run wants installed, as the marker records it.
-if [ -n "$src" ]; then
-    src="$(cd "$src" && pwd)"
-    want="source: checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
-elif [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
-    want="source: release $version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
-else
-    want="source: release $version"
+kit_release_want "$version"
+if kit_stale "$marker"; then
+    kit_install_release diffusers "$version" diffusers 2
 fi
 
-installed() {
-    # Whether distribution $1 is installed at exactly version $2.
-    "$vpy" - "$1" "$2" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
-PY
-}
-
-if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
-    rm -f "$marker"
-    if [ -n "$src" ]; then
-        echo "setup: installing diffusers from $src"
-        "$vpy" -m pip install --quiet --force-reinstall --no-deps "$src"
-        "$vpy" -m pip install --quiet "$src"
-    else
-        # The marker differs (first run, another version, a patch or a checkout
-        # before): --force-reinstall --no-deps restores the release's pristine
-        # files, the second install brings any dependency still missing.
-        echo "setup: installing diffusers $version"
-        "$vpy" -m pip install --quiet --force-reinstall --no-deps "diffusers==$version"
-        "$vpy" -m pip install --quiet "diffusers==$version"
-        if [ -n "$patch_file" ]; then
-            site="$("$vpy" -c 'import importlib.util, os; print(os.path.dirname(list(importlib.util.find_spec("diffusers").submodule_search_locations)[0]))')"
-            echo "setup: applying $patch_file to $site/diffusers"
-            # a/src/diffusers/... -> diffusers/... under site-packages
-            patch -d "$site" -p2 --forward --batch < "$patch_file"
-            find "$site/diffusers" -name '__pycache__' -prune -exec rm -rf {} +
-        fi
-    fi
-fi
-
-if [ -n "${TRANSFORMERS_VERSION:-}" ] && ! installed transformers "$TRANSFORMERS_VERSION"; then
+if [ -n "${TRANSFORMERS_VERSION:-}" ] && ! kit_installed transformers "$TRANSFORMERS_VERSION"; then
     echo "setup: installing transformers $TRANSFORMERS_VERSION"
     "$vpy" -m pip install --quiet "transformers==$TRANSFORMERS_VERSION"
 fi
 
-{
-    echo "$want"
-    "$vpy" - <<'PY'
-from importlib.metadata import version, PackageNotFoundError
-for dist in ("torch", "diffusers", "transformers"):
-    try:
-        print(dist, version(dist))
-    except PackageNotFoundError:
-        pass
-PY
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: diffusers environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+kit_marker "$marker" torch diffusers transformers
+kit_ready diffusers "$marker"

@@ -38,38 +38,20 @@ venv="${VENV:-$here/.venv}"
 patch_file="${FASTVIDEO_PATCH:-}"
 marker="$venv/KVCHECK_FASTVIDEO_READY"
 
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
 torch_venv "$venv" "$torch_version"
 
-if [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
-    want="source: release $version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
-else
-    want="source: release $version"
-fi
-
-if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
-    rm -f "$marker"
+kit_patch
+want="source: release $version$patch_tag"
+if kit_stale "$marker"; then
     # --force-reinstall restores the release's pristine files after a patch.
     echo "setup: installing fastvideo $version (no dependencies)"
     "$vpy" -m pip install --quiet --force-reinstall --no-deps "fastvideo==$version"
     if [ -n "$patch_file" ]; then
-        site="$("$vpy" -c 'import importlib.util, os; print(os.path.dirname(list(importlib.util.find_spec("fastvideo").submodule_search_locations)[0]))')"
-        echo "setup: applying $patch_file to $site/fastvideo"
-        patch -d "$site" -p1 --forward --batch < "$patch_file"
-        find "$site/fastvideo" -name '__pycache__' -prune -exec rm -rf {} +
+        kit_patch_site fastvideo 1
     fi
 fi
 
-{
-    echo "$want"
-    "$vpy" - <<'PY'
-from importlib.metadata import version
-for dist in ("torch", "fastvideo"):
-    print(dist, version(dist))
-PY
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: fastvideo environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+kit_marker "$marker" --all torch fastvideo
+kit_ready fastvideo "$marker"

@@ -34,12 +34,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 torch_version="${TORCH_VERSION:-2.15.0}"
 venv="${VENV:-$here/.venv}"
 
-# shellcheck source=../checkout-venv.sh
-. "$here/../checkout-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
 checkout_source LIGHTX2V lightx2v/common/kvcache/rolling.py https://github.com/ModelTC/LightX2V "LightX2V"
 
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
 torch_venv "$venv" "$torch_version"
 
 "$vpy" -c 'import packaging' 2>/dev/null || "$vpy" -m pip install --quiet packaging

@@ -44,36 +44,27 @@ src="${LLAMA_CPP_SRC:-}"
 jobs="${BUILD_JOBS:-2}"
 marker="$venv/KVCHECK_LLAMA_CPP_READY"
 
-if [ -n "$patch_file" ] && [ -n "$src" ]; then
-    echo "setup: LLAMA_CPP_PATCH and LLAMA_CPP_SRC exclude each other" >&2
-    exit 2
-fi
-
-if [ ! -x "$venv/bin/python" ]; then
-    echo "setup: creating venv $venv"
-    "${PYTHON:-python3}" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
+kit_exclusive LLAMA_CPP
+kit_venv "$venv"
 venv="$(cd "$venv" && pwd)"
 marker="$venv/KVCHECK_LLAMA_CPP_READY"
 
 # What this run wants installed, as the marker records it.
 if [ -n "$src" ]; then
-    src="$(cd "$src" && pwd)"
-    want="source: llama-cpp-python $version with llama.cpp checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
-elif [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
-    want="source: llama-cpp-python $version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+    kit_src
+    want="source: llama-cpp-python $version with llama.cpp checkout $src $src_commit"
 else
-    want="source: llama-cpp-python $version"
+    kit_patch
+    want="source: llama-cpp-python $version$patch_tag"
 fi
 
-if [ "$(head -n1 "$marker" 2>/dev/null)" = "$want" ]; then
+if ! kit_stale "$marker"; then
     echo "setup: llama.cpp environment already ready in $venv:"
-    sed 's/^/  /' "$marker"
+    kit_show "$marker"
     exit 0
 fi
-rm -f "$marker"
 
 echo "setup: installing numpy and gguf $gguf_version"
 "$vpy" -m pip install --quiet numpy "gguf==$gguf_version"
@@ -100,8 +91,7 @@ mkdir -p "$wanted"
 tar -xzf "$sdist" -C "$wanted"
 next="$wanted/llama_cpp_python-$version"
 if [ -n "$patch_file" ]; then
-    echo "setup: applying $patch_file to the vendored llama.cpp"
-    patch -d "$next/vendor/llama.cpp" -p1 --forward --batch < "$patch_file"
+    kit_apply "$next/vendor/llama.cpp" 1 "the vendored llama.cpp"
 elif [ -n "$src" ]; then
     echo "setup: building llama.cpp from $src"
     rm -rf "$next/vendor/llama.cpp"
@@ -162,16 +152,11 @@ compile_s=$(( $(date +%s) - compile_started ))
 # the release vendors.
 vendored="$(sed -n "/^## \[$version\]/,/^## \[/p" "$tree/CHANGELOG.md" | grep -o 'llama.cpp@[0-9a-f]*' | head -n1)"
 
-{
+marker_lines() {
     echo "$want"
-    "$vpy" - <<'PY'
-from importlib.metadata import version
-for dist in ("llama_cpp_python", "gguf", "numpy"):
-    print(dist, version(dist))
-PY
+    kit_versions " " --all llama_cpp_python gguf numpy
     echo "vendored ${vendored:-unknown} (the release's CHANGELOG)"
     echo "compile_s $compile_s"
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: llama.cpp environment ready in $venv ($(( $(date +%s) - started )) s, compile $compile_s s):"
-sed 's/^/  /' "$marker"
+}
+kit_write "$marker" marker_lines
+kit_ready llama.cpp "$marker" ", compile $compile_s s"

@@ -38,12 +38,10 @@ torch_version="${TORCH_VERSION:-2.15.0}"
 diffusers_version="${DIFFUSERS_VERSION:-0.31.0}"
 venv="${VENV:-$here/.venv}"
 
-# shellcheck source=../checkout-venv.sh
-. "$here/../checkout-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
 checkout_source LONGLIVE wan_5b/modules/causal_model.py https://github.com/NVlabs/LongLive "LongLive"
 
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
 torch_venv "$venv" "$torch_version"
 checkout_diffusers "$diffusers_version"
 

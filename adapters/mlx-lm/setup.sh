@@ -36,42 +36,37 @@ started=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mlx_lm_version="${MLX_LM_VERSION:-0.32.2}"
 mlx_version="${MLX_VERSION:-0.32.4}"
-python="${PYTHON:-python3}"
 venv="${VENV:-$here/.venv}"
 patch_file="${MLX_LM_PATCH:-}"
 src="${MLX_LM_SRC:-}"
 marker="$venv/KVCHECK_READY"
 
-if [ -n "$patch_file" ] && [ -n "$src" ]; then
-    echo "setup: MLX_LM_PATCH and MLX_LM_SRC exclude each other" >&2
-    exit 2
-fi
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
+kit_exclusive MLX_LM
 
 # What this run wants installed, as the marker records it: the release
 # alone keeps the two lines the marker has always held.
 want="mlx-lm $mlx_lm_version
 mlx $mlx_version"
 if [ -n "$src" ]; then
-    src="$(cd "$src" && pwd)"
-    want="mlx-lm checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)
+    kit_src
+    want="mlx-lm checkout $src $src_commit
 mlx $mlx_version"
 elif [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+    kit_patch
     want="$want
-source: release $mlx_lm_version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+source: release $mlx_lm_version$patch_tag"
 fi
 
+# The whole marker is what this run wants.
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
-    echo "setup: mlx-lm environment already in $venv ($(( $(date +%s) - started )) s):"
-    sed 's/^/  /' "$marker"
+    echo "setup: mlx-lm environment already in $venv ($(kit_elapsed) s):"
+    kit_show "$marker"
     exit 0
 fi
 
-if [ ! -x "$venv/bin/python" ]; then
-    echo "setup: creating venv $venv"
-    "$python" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
+kit_venv "$venv"
 rm -f "$marker"
 
 if [ -n "$src" ]; then
@@ -86,11 +81,8 @@ else
     "$vpy" -m pip install --quiet --disable-pip-version-check \
         "mlx-lm==$mlx_lm_version" "mlx[cpu]==$mlx_version" numpy
     if [ -n "$patch_file" ]; then
-        site="$("$vpy" -c 'import importlib.util, os; print(os.path.dirname(list(importlib.util.find_spec("mlx_lm").submodule_search_locations)[0]))')"
-        echo "setup: applying $patch_file to $site/mlx_lm"
         # a/mlx_lm/... -> mlx_lm/... under site-packages
-        patch -d "$site" -p1 --forward --batch < "$patch_file"
-        find "$site/mlx_lm" -name '__pycache__' -prune -exec rm -rf {} +
+        kit_patch_site mlx_lm 1
     fi
 fi
 
@@ -108,5 +100,4 @@ if "$vpy" -c 'import torch' 2>/dev/null; then
     echo "setup: torch is importable in $venv; the mlx-lm adapter must not depend on it" >&2
 fi
 echo "$want" > "$marker"
-echo "setup: mlx-lm environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+kit_ready mlx-lm "$marker"

@@ -35,8 +35,8 @@ if [ -z "$src" ] || [ ! -f "$src/wan/modules/causal_model.py" ] || [ ! -f "$src/
 fi
 src="$(cd "$src" && pwd)"
 
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
 torch_venv "$venv" "$torch_version"
 
 if commit="$(git -C "$src" rev-parse HEAD 2>/dev/null)"; then
@@ -47,11 +47,8 @@ else
     commit="unversioned"
 fi
 
-{
-    echo "source: checkout $commit"
-    echo "$src"
-    "$venv/bin/python" -c 'from importlib.metadata import version; print("torch", version("torch"))'
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: Self-Forcing environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+# The marker: the source, the checkout's path, torch's version.
+want="source: checkout $commit
+$src"
+kit_marker "$marker" --all torch
+kit_ready Self-Forcing "$marker"

@@ -40,35 +40,29 @@ set -euo pipefail
 started=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="${SGLANG_VERSION:-0.5.23}"
-python="${PYTHON:-python3}"
 venv="${VENV:-$here/.venv}"
 patch_file="${SGLANG_PATCH:-}"
 src="${SGLANG_SRC:-}"
 dest="$here/.sglang/$version"
-if [ -n "$patch_file" ] && [ -n "$src" ]; then
-    echo "setup: SGLANG_PATCH and SGLANG_SRC exclude each other" >&2
-    exit 2
-fi
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
+kit_exclusive SGLANG
 # What the folder's READY records: the release's holds its version alone.
 want="$version"
 if [ -n "$src" ]; then
-    src="$(cd "$src" && pwd)"
+    kit_src
     dest="$here/.sglang/checkout"
     want="checkout
-source: checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
+source: checkout $src $src_commit"
 elif [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+    kit_patch
     dest="$here/.sglang/$version+patched"
     want="$version+patched
-source: release $version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
+source: release $version$patch_tag"
 fi
 torch_index="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 
-if [ ! -x "$venv/bin/python" ]; then
-    echo "setup: creating venv $venv"
-    "$python" -m venv "$venv"
-fi
-vpy="$venv/bin/python"
+kit_venv "$venv"
 
 if ! "$vpy" -c 'import torch, numpy' 2>/dev/null; then
     echo "setup: installing CPU torch and numpy"
@@ -110,15 +104,7 @@ PY
 fi
 
 if [ "$(cat "$dest/READY" 2>/dev/null)" != "$want" ]; then
-    wheels="$here/.sglang/wheels"
-    mkdir -p "$wheels"
-    wheel=$(ls "$wheels"/sglang-"$version"-*.whl 2>/dev/null | head -n1 || true)
-    if [ -z "$wheel" ]; then
-        echo "setup: downloading sglang==$version (no dependencies)"
-        "$vpy" -m pip download --quiet --no-deps --only-binary=:all: \
-            --dest "$wheels" "sglang==$version"
-        wheel=$(ls "$wheels"/sglang-"$version"-*.whl | head -n1)
-    fi
+    kit_wheel "$here/.sglang/wheels" sglang "$version"
     echo "setup: extracting the kvcache sources of $(basename "$wheel")"
     rm -rf "$dest"
     mkdir -p "$dest"
@@ -141,12 +127,11 @@ with zipfile.ZipFile(wheel) as zf:
         print("  " + name)
 PY
     if [ -n "$patch_file" ]; then
-        echo "setup: applying $patch_file"
         # a/python/sglang/... -> sglang/... under the extracted tree
-        patch -d "$dest" -p2 --forward --batch < "$patch_file"
+        kit_apply "$dest" 2
     fi
     "$vpy" -c 'import torch; print(torch.__version__)' > "$dest/TORCH_VERSION"
     echo "$want" > "$dest/READY"
 fi
 
-echo "setup: sglang $(head -n1 "$dest/READY") ready in $dest ($(( $(date +%s) - started )) s)"
+echo "setup: sglang $(head -n1 "$dest/READY") ready in $dest ($(kit_elapsed) s)"

@@ -53,56 +53,14 @@ patch_file="${TRANSFORMERS_PATCH:-}"
 src="${TRANSFORMERS_SRC:-}"
 marker="$venv/KVCHECK_READY"
 
-if [ -n "$patch_file" ] && [ -n "$src" ]; then
-    echo "setup: TRANSFORMERS_PATCH and TRANSFORMERS_SRC exclude each other" >&2
-    exit 2
-fi
-
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
+kit_exclusive TRANSFORMERS
 torch_venv "$venv" "$torch_version"
 
-# What this run wants installed, as the marker's first line records it.
-if [ -n "$src" ]; then
-    src="$(cd "$src" && pwd)"
-    want="source: checkout $src $(git -C "$src" rev-parse HEAD 2>/dev/null || echo unversioned)"
-elif [ -n "$patch_file" ]; then
-    patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
-    want="source: release $transformers_version + patch $(sha256sum "$patch_file" | cut -c1-16) $patch_file"
-else
-    want="source: release $transformers_version"
-fi
-
-installed() {
-    # Whether distribution $1 is installed at exactly version $2.
-    "$vpy" - "$1" "$2" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
-PY
-}
-
-if [ "$(head -n1 "$marker" 2>/dev/null)" != "$want" ]; then
-    rm -f "$marker"
-    if [ -n "$src" ]; then
-        echo "setup: installing transformers from $src"
-        "$vpy" -m pip install --quiet --force-reinstall --no-deps "$src"
-        "$vpy" -m pip install --quiet "torch==$torch_version" "$src"
-    else
-        # The marker differs (first run, another version, a patch or a checkout
-        # before): --force-reinstall --no-deps restores the release's pristine
-        # files, the second install brings any dependency still missing.
-        echo "setup: installing transformers $transformers_version"
-        "$vpy" -m pip install --quiet --force-reinstall --no-deps "transformers==$transformers_version"
-        "$vpy" -m pip install --quiet "torch==$torch_version" "transformers==$transformers_version"
-        if [ -n "$patch_file" ]; then
-            site="$("$vpy" -c 'import importlib.util, os; print(os.path.dirname(list(importlib.util.find_spec("transformers").submodule_search_locations)[0]))')"
-            echo "setup: applying $patch_file to $site/transformers"
-            # a/src/transformers/... -> transformers/... under site-packages
-            patch -d "$site" -p2 --forward --batch < "$patch_file"
-            find "$site/transformers" -name '__pycache__' -prune -exec rm -rf {} +
-        fi
-    fi
+kit_release_want "$transformers_version"
+if kit_stale "$marker"; then
+    kit_install_release transformers "$transformers_version" transformers 2 "torch==$torch_version"
 fi
 
 for backend in $backends; do
@@ -111,7 +69,7 @@ for backend in $backends; do
         hqq) dist=hqq; want_backend="$hqq_version" ;;
         *) echo "setup: unknown QUANT_BACKENDS entry '$backend' (known: quanto hqq)" >&2; exit 2 ;;
     esac
-    if ! installed "$dist" "$want_backend"; then
+    if ! kit_installed "$dist" "$want_backend"; then
         echo "setup: installing $dist $want_backend"
         # Optional: a backend that does not install on this machine is
         # reported and the rest of the environment stays usable.
@@ -121,17 +79,5 @@ for backend in $backends; do
     fi
 done
 
-{
-    echo "$want"
-    "$vpy" - <<'PY'
-from importlib.metadata import version, PackageNotFoundError
-for dist in ("torch", "transformers", "optimum-quanto", "hqq"):
-    try:
-        print(dist, version(dist))
-    except PackageNotFoundError:
-        pass
-PY
-} > "$marker.tmp"
-mv "$marker.tmp" "$marker"
-echo "setup: transformers environment ready in $venv ($(( $(date +%s) - started )) s):"
-sed 's/^/  /' "$marker"
+kit_marker "$marker" torch transformers optimum-quanto hqq
+kit_ready transformers "$marker"

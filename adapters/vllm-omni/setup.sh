@@ -31,20 +31,12 @@ torch_version="${TORCH_VERSION:-2.15.0}"
 venv="$here/.venv"
 dest="$here/.vllm-omni/$version"
 
-# shellcheck source=../torch-venv.sh
-. "$here/../torch-venv.sh"
+# shellcheck source=../setup-kit.sh
+. "$here/../setup-kit.sh"
 torch_venv "$venv" "$torch_version"
 
 if [ ! -f "$dest/READY" ]; then
-    wheels="$here/.vllm-omni/wheels"
-    mkdir -p "$wheels"
-    wheel=$(ls "$wheels"/vllm_omni-"$version"-*.whl 2>/dev/null | head -n1 || true)
-    if [ -z "$wheel" ]; then
-        echo "setup: downloading vllm-omni==$version (no dependencies)"
-        "$vpy" -m pip download --quiet --no-deps --only-binary=:all: \
-            --dest "$wheels" "vllm-omni==$version"
-        wheel=$(ls "$wheels"/vllm_omni-"$version"-*.whl | head -n1)
-    fi
+    kit_wheel "$here/.vllm-omni/wheels" vllm-omni "$version"
     echo "setup: extracting the KV cache sources of $(basename "$wheel")"
     rm -rf "$dest"
     mkdir -p "$dest"
@@ -68,4 +60,4 @@ PY
     echo "$version" > "$dest/READY"
 fi
 
-echo "setup: vllm-omni $version ready in $dest ($(( $(date +%s) - started )) s)"
+echo "setup: vllm-omni $version ready in $dest ($(kit_elapsed) s)"
