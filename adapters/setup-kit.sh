@@ -114,8 +114,10 @@ torch_venv() {
     if ! kit_installed torch "$torch_version" || ! "$vpy" -c 'import numpy' 2>/dev/null; then
         echo "setup: installing torch $torch_version and numpy"
         if [ -n "${TORCH_INDEX:-}" ]; then
-            "$vpy" -m pip install --quiet --index-url "$TORCH_INDEX" \
-                --extra-index-url https://pypi.org/simple "torch==$torch_version" numpy
+            # An extra index: pip's default registry stays the first, and a
+            # CPU build there (torch==V+cpu) outranks the CUDA one.
+            "$vpy" -m pip install --quiet --extra-index-url "$TORCH_INDEX" \
+                "torch==$torch_version" numpy
         else
             "$vpy" -m pip install --quiet "torch==$torch_version" numpy
         fi

@@ -77,8 +77,9 @@ urllib.request.urlopen(sys.argv[1], timeout=15)' "$torch_index/torch/" 2>/dev/nu
     if [ "$torch_index" = "pypi" ]; then
         "$vpy" -m pip install --quiet torch numpy
     else
-        "$vpy" -m pip install --quiet --index-url "$torch_index" \
-            --extra-index-url https://pypi.org/simple torch numpy
+        # An extra index: pip's default registry stays the first, and the
+        # CPU build (torch==V+cpu) outranks the CUDA one there.
+        "$vpy" -m pip install --quiet --extra-index-url "$torch_index" torch numpy
     fi
 fi
 
