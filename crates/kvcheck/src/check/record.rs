@@ -230,6 +230,12 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
     let domain = capabilities.domain.as_ref().filter(|_| !strict);
     let mut model = Model::new(&plan.config).ok();
     let mut latest = Latest::default();
+    // Whether the subject has accepted an op the contract refuses, or the
+    // reverse: its state then differs from the contract's, so the domain
+    // computed from the contract's state no longer says what the subject
+    // can be asked, and an *outside* answer cuts the case instead of being
+    // a violation (the oracle judges the difference itself).
+    let mut departed = false;
     for (index, step) in plan.steps.iter().enumerate() {
         if let (Some(domain), Some(model)) = (domain, model.as_ref()) {
             if let Err(excluded) = domain.admits(model, latest, &step.op) {
@@ -237,10 +243,12 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
                 return Ok(transcript);
             }
         }
+        let mut contract_ok = None;
         if let Some(model) = model.as_mut() {
             let before = model.global_end();
             let ok = model.apply(index as u64, &step.op).is_ok();
             latest.follow(before, &step.op, ok);
+            contract_ok = Some(ok);
         }
         cache.begin_op(index as u64);
         let result = match &step.op {
@@ -261,7 +269,7 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
             }
             Err(kvcache::Error::Outside { reason }) => {
                 let answer = format!("outside its domain ({reason})");
-                if strict || domain.is_some() {
+                if strict || (domain.is_some() && !departed) {
                     // Under --strict-domain, or inside the declared domain.
                     let kind = if strict {
                         DivergenceKind::Outside
@@ -282,6 +290,9 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
                 }
             },
         };
+        if contract_ok.is_some_and(|ok| ok != matches!(seen, Seen::Ok { .. })) {
+            departed = true;
+        }
         transcript.seen.push(seen);
         if capabilities.internals {
             transcript.capacity.push(cache.capacity());

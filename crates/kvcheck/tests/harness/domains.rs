@@ -370,3 +370,38 @@ fn the_outside_share_warns_and_names_the_declarations_to_make() {
     let line = low.summary().unwrap();
     assert!(!line.contains("warning"), "{line}");
 }
+
+#[test]
+fn after_the_subject_departs_from_the_contract_an_outside_answer_cuts() {
+    use kvcheck::check::record::{observe, Plan};
+    // The loop takes a chunk that does not fit beside the sink (the
+    // contract refuses it); from then on its latest chunk is not the
+    // contract's, so its outside answer to a rewrite of the contract's
+    // latest chunk says nothing about its declaration. The model judges
+    // the accepted chunk itself.
+    let wide = Domain {
+        oversized: true,
+        ..loop_domain()
+    };
+    let config = Config {
+        sink: 2,
+        ..Config::dense(3)
+    };
+    let ops = [w(0, 2), w(2, 1), w(3, 2), w(2, 1)];
+    let departed = pipeline(Some(CacheFault::ChunkOverProtected), Some(wide.clone()));
+    let transcript = observe(&departed, &Plan::of(&config, &ops)).unwrap();
+    assert_eq!(transcript.failure, None);
+    assert!(transcript.cut.is_some(), "the rewrite is cut");
+    assert_eq!(transcript.seen.len(), 3);
+    // A subject that agrees with the contract on every op before it is
+    // held to its declaration.
+    let ops = [w(0, 2), w(2, 1), w(2, 1), w(0, 2)];
+    let any = Domain {
+        rewrites: Rewrites::Any,
+        ..wide
+    };
+    let kept = pipeline(None, Some(any));
+    let transcript = observe(&kept, &Plan::of(&config, &ops)).unwrap();
+    let (kind, _) = transcript.failure.expect("a domain violation");
+    assert_eq!(kind, DivergenceKind::Domain);
+}
