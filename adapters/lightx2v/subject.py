@@ -81,6 +81,11 @@ class LightX2VRollingCache(serving.ChunkLoop, kvcheck.Subject):
             self.domain = serving.loop_domain(chunk=chunk)
         self.runtime = serving.runtime(loader, tap=False)
 
+    @classmethod
+    def from_args(cls, argv):
+        args = parse(argv)
+        return cls(args.layers, args.chunk)
+
     def open(self, config):
         rt = self.rt = self.runtime.ready()
         torch = rt.torch
@@ -198,17 +203,13 @@ class LightX2VRollingCache(serving.ChunkLoop, kvcheck.Subject):
         self.rows = [{} for _ in self.pools]
 
 
-def _from_args(cls, argv):
+def parse(argv):
     parser = serving.parser(__doc__)
     serving.add_layers(parser, 1, "pool layers, each run through the statements (default 1)")
     parser.add_argument("--chunk", type=int,
                         help="num_frame_per_chunk: every chunk has this length, and the loop's domain is declared"
                              " (default: the first chunk's length, no declaration)")
-    args = serving.parse(parser, argv, positive=("layers", "chunk"))
-    return cls(args.layers, args.chunk)
-
-
-LightX2VRollingCache.from_args = classmethod(_from_args)
+    return serving.parse(parser, argv, positive=("layers", "chunk"))
 
 
 if __name__ == "__main__":

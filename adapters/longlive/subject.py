@@ -105,6 +105,11 @@ class LongLiveCache(TinyWanCache):
         self.name = "LongLive %s CausalWanModel kv_cache%s" % (
             serving.commit(loader.CHECKOUT), " (relative RoPE)" if relative_rope else "")
 
+    @classmethod
+    def from_args(cls, argv):
+        args = parse(argv)
+        return cls(args.layers, args.relative_rope)
+
     # -- the tiny model and the stand-in pipeline ----------------------------
 
     def model_options(self, capacity, sink):
@@ -192,13 +197,6 @@ def parse(argv):
                         help="use_relative_rope: raw K cached, RoPE applied at attention time (default off, as the release)")
     return serving.parse(parser, argv)
 
-
-def _from_args(cls, argv):
-    args = parse(argv)
-    return cls(args.layers, args.relative_rope)
-
-
-LongLiveCache.from_args = classmethod(_from_args)
 
 
 if __name__ == "__main__":

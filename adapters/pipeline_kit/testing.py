@@ -9,15 +9,20 @@
   model), and the kvtrace/1 dict that carries it, so that
   adapters/kvtrace_replay.py replays it without kvcheck.
 - `finding(name)`: the minimized trace docs/findings/<name>.kvtrace.json.
+- `altered_checkout(src, files, old, new)`: a temporary tree with copies
+  of the checkout's `files`, `old` replaced by `new` in the first (a
+  checkout that moved the code, which the loader must refuse by name).
 - `SubjectTest`: a TestCase with one subject process for the class
   (`command`, started in setUpClass, closed cleanly in tearDownClass),
   `replay(trace)`, and `check_finding(...)` for a finding's minimized
   trace (it fails as recorded, or the case skips naming the finding).
 """
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import unittest
 
 ADAPTERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +82,20 @@ def with_expect(config, ops):
 def finding(name):
     with open(os.path.join(FINDINGS, name + ".kvtrace.json")) as f:
         return json.load(f)
+
+
+@contextlib.contextmanager
+def altered_checkout(src, files, old, new):
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, relative in enumerate(files):
+            os.makedirs(os.path.dirname(os.path.join(tmp, relative)), exist_ok=True)
+            with open(os.path.join(src, relative)) as f:
+                text = f.read()
+            if index == 0:
+                text = text.replace(old, new)
+            with open(os.path.join(tmp, relative), "w") as f:
+                f.write(text)
+        yield tmp
 
 
 class SubjectTest(unittest.TestCase):

@@ -92,6 +92,11 @@ class RollingForcingCache(TinyWanCache):
             self.name += " (blocks of %d frames)" % block
             self.domain = serving.loop_domain(chunk=block)
 
+    @classmethod
+    def from_args(cls, argv):
+        args = parse(argv)
+        return cls(args.layers, args.block)
+
     # -- the tiny model and the cache ----------------------------------------
 
     def adapt_model(self, model, capacity, sink):
@@ -162,13 +167,6 @@ def parse(argv):
                              " (appends and re-runs of one such block) is declared (default: any sink, no declaration)")
     return serving.parse(parser, argv, positive=("layers", "block"))
 
-
-def _from_args(cls, argv):
-    args = parse(argv)
-    return cls(args.layers, args.block)
-
-
-RollingForcingCache.from_args = classmethod(_from_args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Without the environment every test is skipped with that instruction.
 import os
 import random
 import sys
-import tempfile
 import unittest
 
 ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,14 +68,8 @@ class Loader(unittest.TestCase):
     @unittest.skipUnless(READY, SKIP)
     def test_a_checkout_without_the_read_is_refused(self):
         loader.load()  # rolling.py imported from the real checkout
-        src = loader.source_dir()
-        with tempfile.TemporaryDirectory() as tmp:
-            target = os.path.join(tmp, loader.INFER)
-            os.makedirs(os.path.dirname(target))
-            with open(os.path.join(src, loader.INFER)) as f:
-                text = f.read()
-            with open(target, "w") as f:
-                f.write(text.replace("attn_k = kv_cache.k_cache(", "attn_k = read_k(kv_cache, "))
+        with testing.altered_checkout(loader.source_dir(), [loader.INFER],
+                                      "attn_k = kv_cache.k_cache(", "attn_k = read_k(kv_cache, ") as tmp:
             with self.assertRaisesRegex(RuntimeError, "no attn_k / attn_v read"):
                 loader.load(tmp)
 

@@ -15,7 +15,6 @@ newer checkout).
 import os
 import random
 import sys
-import tempfile
 import unittest
 
 ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,16 +80,8 @@ class Loader(unittest.TestCase):
     @unittest.skipUnless(READY, SKIP)
     def test_a_checkout_without_a_method_is_refused_by_name(self):
         loader.load()  # the model module imported from the real checkout; the pipeline file is read again
-        src = loader.source_dir()
-        with tempfile.TemporaryDirectory() as tmp:
-            for relative in (loader.PIPELINE, loader.WRAPPER):
-                os.makedirs(os.path.dirname(os.path.join(tmp, relative)), exist_ok=True)
-                with open(os.path.join(src, relative)) as f:
-                    text = f.read()
-                if relative == loader.PIPELINE:
-                    text = text.replace("def _zero_kv_data(", "def _zero_kv_data_renamed(")
-                with open(os.path.join(tmp, relative), "w") as f:
-                    f.write(text)
+        with testing.altered_checkout(loader.source_dir(), (loader.PIPELINE, loader.WRAPPER),
+                                      "def _zero_kv_data(", "def _zero_kv_data_renamed(") as tmp:
             with self.assertRaisesRegex(RuntimeError, "no _zero_kv_data"):
                 loader.load(tmp)
 

@@ -15,7 +15,6 @@ otherwise (a patched or newer checkout).
 import os
 import random
 import sys
-import tempfile
 import unittest
 
 ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,13 +81,8 @@ class Loader(unittest.TestCase):
     @unittest.skipUnless(READY, SKIP)
     def test_a_checkout_without_the_reset_loop_is_refused(self):
         loader.load()  # the model module imported from the real checkout; the pipeline file is read again
-        src = loader.source_dir()
-        with tempfile.TemporaryDirectory() as tmp:
-            os.makedirs(os.path.join(tmp, "pipeline"))
-            with open(os.path.join(src, loader.PIPELINE)) as f:
-                text = f.read().replace("def inference_rolling_forcing(", "def inference_renamed(")
-            with open(os.path.join(tmp, loader.PIPELINE), "w") as f:
-                f.write(text)
+        with testing.altered_checkout(loader.source_dir(), [loader.PIPELINE],
+                                      "def inference_rolling_forcing(", "def inference_renamed(") as tmp:
             with self.assertRaisesRegex(RuntimeError, "no CausalInferencePipeline.inference_rolling_forcing"):
                 loader.load(tmp)
 
