@@ -5,7 +5,7 @@
     python adapters/fastvideo/subject.py --model lingbot-world2 [--layers 2]
     python adapters/fastvideo/subject.py --model dreamx-world [--layers 2]
 
-The shape, and how kvtrace ops drive it, is adapters/self-forcing/shape.py;
+The shape, and how kvtrace ops drive it, is adapters/pipeline_kit/shape.py;
 this file says where fastvideo (0.2.1 by default, adapters/fastvideo/setup.sh)
 keeps it. Nothing of fastvideo is imported (the package pulls in a
 distributed runtime and compiled kernels): the files are parsed and their
@@ -54,19 +54,17 @@ driven (the tiny model has no camera attention).
 """
 
 import argparse
-import ast
 import os
 import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTERS = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ADAPTERS, "self-forcing"))
 sys.path.insert(0, ADAPTERS)
 sys.path.insert(0, os.path.join(os.path.dirname(ADAPTERS), "python"))
 
-import kvcheck.serve  # noqa: E402
-import shape  # noqa: E402
+from pipeline_kit import serving, shape, source  # noqa: E402
+from pipeline_kit.source import module_constant, starts  # noqa: E402
 
 DEFAULT_VERSION = "0.2.1"
 WAN_PATCH = (1, 2, 2)  # WanVideoConfig's patch_size
@@ -91,18 +89,6 @@ def installed_version():
         return None
 
 
-def starts(prefix):
-    return lambda s: s.startswith(prefix)
-
-
-def module_constant(path, tree, name):
-    """The value of the module-level `NAME = <literal>` of the file."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
-            return ast.literal_eval(node.value)
-    raise RuntimeError("%s has no module constant %s" % (path, name))
-
-
 class CausalWan(shape.Flavour):
     """fastvideo's causal Wan (`CausalWanTransformer3DModel`) and its stages."""
 
@@ -118,10 +104,10 @@ class CausalWan(shape.Flavour):
         relative = os.path.join(root, "models", "dits", "_relative_rope.py")
         import math
 
-        _, tree = shape.parse(model)
-        _, rtree = shape.parse(relative)
-        offsets = shape.compile_functions(relative, [shape.find_function(rtree, "relativistic_window_offsets")], {})
-        forward = shape.find_method(tree, "CausalWanSelfAttention", "forward")
+        _, tree = source.parse(model)
+        _, rtree = source.parse(relative)
+        offsets = source.compile_functions(relative, [source.find_function(rtree, "relativistic_window_offsets")], {})
+        forward = source.find_method(tree, "CausalWanSelfAttention", "forward")
         if forward is None:
             raise RuntimeError("%s has no CausalWanSelfAttention.forward" % model)
         namespace = {
@@ -131,28 +117,28 @@ class CausalWan(shape.Flavour):
             "relativistic_window_offsets": offsets["relativistic_window_offsets"],
             "GLOBAL_ATTN_COMPAT_MAX_LATENT_FRAMES": module_constant(model, tree, "GLOBAL_ATTN_COMPAT_MAX_LATENT_FRAMES"),
         }
-        self.attn_forward = shape.compile_functions(model, [forward], namespace)["forward"]
-        inference = shape.find_method(tree, "CausalWanTransformer3DModel", "_forward_inference")
-        self.model_sizes = shape.compile_statements(model, shape.statements(model, inference.body, [
+        self.attn_forward = source.compile_functions(model, [forward], namespace)["forward"]
+        inference = source.find_method(tree, "CausalWanTransformer3DModel", "_forward_inference")
+        self.model_sizes = source.compile_statements(model, source.statements(model, inference.body, [
             starts("batch_size, num_channels, num_frames, height, width = hidden_states.shape"),
             starts("p_t, p_h, p_w = self.patch_size"),
             starts("post_patch_height = "),
             starts("post_patch_width = "),
         ], "the model's frame size"))
-        self.frame_seqlen_expr = shape.expression(model, shape.dict_value_in(inference, "frame_seqlen"))
+        self.frame_seqlen_expr = source.expression(model, source.dict_value_in(inference, "frame_seqlen"))
 
-        _, stree = shape.parse(stage)
-        stage_forward = shape.find_method(stree, "CausalDMDDenosingStage", "forward")
+        _, stree = source.parse(stage)
+        stage_forward = source.find_method(stree, "CausalDMDDenosingStage", "forward")
         # `self.frame_seq_length = ...` and the statements before it that it reads
         # (the release computes it from `latent_seq_length` and `patch_ratio`).
-        self.stage_sizes = shape.compile_statements(stage, shape.statements(stage, stage_forward.body, [
+        self.stage_sizes = source.compile_statements(stage, source.statements(stage, stage_forward.body, [
             starts("latent_seq_length = "),
             starts("patch_ratio = "),
             starts("self.frame_seq_length = "),
         ], "the stage's frame_seq_length", optional=2))
-        self.start_expr = shape.expression(stage, shape.keyword_in(stage_forward, "current_start"))
-        init = shape.find_method(stree, "CausalDMDDenosingStage", "_initialize_kv_cache")
-        self.initialize = shape.compile_functions(stage, [init], {"torch": torch})["_initialize_kv_cache"]
+        self.start_expr = source.expression(stage, source.keyword_in(stage_forward, "current_start"))
+        init = source.find_method(stree, "CausalDMDDenosingStage", "_initialize_kv_cache")
+        self.initialize = source.compile_functions(stage, [init], {"torch": torch})["_initialize_kv_cache"]
 
     def sizes(self, config, layers):
         torch = self.torch
@@ -195,8 +181,8 @@ class LingBotWorld2(shape.Flavour):
         stage = os.path.join(root, "pipelines", "basic", "lingbotworld2", "causal_fast_pipeline.py")
         import math
 
-        _, tree = shape.parse(model)
-        forward = shape.find_method(tree, "CausalWanSelfAttention", "forward")
+        _, tree = source.parse(model)
+        forward = source.find_method(tree, "CausalWanSelfAttention", "forward")
         if forward is None:
             raise RuntimeError("%s has no CausalWanSelfAttention.forward" % model)
         namespace = {
@@ -206,18 +192,18 @@ class LingBotWorld2(shape.Flavour):
             "get_sp_world_size": lambda: 1,
             "attention": self.attention,
         }
-        self.attn_forward = shape.compile_functions(model, [forward], namespace)["forward"]
-        _, stree = shape.parse(stage)
+        self.attn_forward = source.compile_functions(model, [forward], namespace)["forward"]
+        _, stree = source.parse(stage)
         cls = "LingBotWorld2CausalFastGenerationStage"
-        stage_forward = shape.find_method(stree, cls, "forward")
-        self.stage_sizes = shape.compile_statements(stage, shape.statements(stage, stage_forward.body, [
+        stage_forward = source.find_method(stree, cls, "forward")
+        self.stage_sizes = source.compile_statements(stage, source.statements(stage, stage_forward.body, [
             starts("frame_seqlen = "),
             starts("kv_size = "),
         ], "the stage's kv_size"))
-        self.start_expr = shape.expression(stage, shape.dict_value_in(stage_forward, "current_start"))
-        self.window_expr = shape.expression(stage, shape.dict_value_in(stage_forward, "max_attention_size"))
-        init = shape.find_method(stree, cls, "_initialize_self_kv_cache")
-        self.initialize = shape.compile_functions(stage, [init], {"torch": torch, "get_sp_world_size": lambda: 1})[
+        self.start_expr = source.expression(stage, source.dict_value_in(stage_forward, "current_start"))
+        self.window_expr = source.expression(stage, source.dict_value_in(stage_forward, "max_attention_size"))
+        init = source.find_method(stree, cls, "_initialize_self_kv_cache")
+        self.initialize = source.compile_functions(stage, [init], {"torch": torch, "get_sp_world_size": lambda: 1})[
             "_initialize_self_kv_cache"]
 
     def sizes(self, config, layers):
@@ -265,30 +251,30 @@ class DreamXWorld(shape.Flavour):
         stage = os.path.join(root, "pipelines", "basic", "dreamx_world", "ar_denoising.py")
         import math
 
-        _, tree = shape.parse(model)
-        forward = shape.find_method(tree, "CausalWanSelfAttention", "forward")
-        init = shape.find_method(tree, "CausalWanSelfAttention", "__init__")
-        apply = shape.find_method(tree, "DreamXWorldARTransformer3DModel", "_apply_cache_updates")
-        attention = shape.find_function(tree, "attention")
+        _, tree = source.parse(model)
+        forward = source.find_method(tree, "CausalWanSelfAttention", "forward")
+        init = source.find_method(tree, "CausalWanSelfAttention", "__init__")
+        apply = source.find_method(tree, "DreamXWorldARTransformer3DModel", "_apply_cache_updates")
+        attention = source.find_function(tree, "attention")
         if forward is None or init is None or apply is None or attention is None:
             raise RuntimeError("%s has no CausalWanSelfAttention.forward / __init__, "
                                "DreamXWorldARTransformer3DModel._apply_cache_updates or attention" % model)
         # The file's own attention (plain scaled_dot_product_attention, seen by the tap).
         namespace = {"torch": torch, "math": math, "F": torch.nn.functional,
                      "block_relativistic_rope": self.identity_rope}
-        functions = shape.compile_functions(model, [attention, forward, apply], namespace)
+        functions = source.compile_functions(model, [attention, forward, apply], namespace)
         self.attn_forward, self.apply = functions["forward"], functions["_apply_cache_updates"]
-        self.window = shape.compile_statements(model, shape.statements(
+        self.window = source.compile_statements(model, source.statements(
             model, init.body, [starts("self.max_attention_size = ")], "max_attention_size"))
 
-        _, stree = shape.parse(stage)
+        _, stree = source.parse(stage)
         cls = "DreamXWorldARCausalDenoisingStage"
-        stage_forward = shape.find_method(stree, cls, "forward")
-        self.stage_sizes = shape.compile_statements(stage, shape.statements(
+        stage_forward = source.find_method(stree, cls, "forward")
+        self.stage_sizes = source.compile_statements(stage, source.statements(
             stage, stage_forward.body, [starts("frame_seq_length = ")], "the stage's frame_seq_length"))
-        self.start_expr = shape.expression(stage, shape.keyword_in(stage_forward, "current_start"))
-        init_cache = shape.find_method(stree, cls, "_initialize_kv_cache")
-        self.initialize = shape.compile_functions(stage, [init_cache], {"torch": torch})["_initialize_kv_cache"]
+        self.start_expr = source.expression(stage, source.keyword_in(stage_forward, "current_start"))
+        init_cache = source.find_method(stree, cls, "_initialize_kv_cache")
+        self.initialize = source.compile_functions(stage, [init_cache], {"torch": torch})["_initialize_kv_cache"]
 
     def sizes(self, config, layers):
         torch = self.torch
@@ -358,16 +344,13 @@ def latent_size(text):
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+    parser = serving.parser(__doc__)
     parser.add_argument("--model", choices=("causal-wan", "lingbot-world2", "dreamx-world"), default="causal-wan")
     parser.add_argument("--latent", type=latent_size, default=(2, 2),
                         help="causal-wan: the latent's HxW, sides 2 or 3 (default 2x2)")
-    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    args = parser.parse_args(argv)
-    if args.layers < 1:
-        raise SystemExit("--layers must be at least 1")
-    return args
+    serving.add_layers(parser, 2, "transformer blocks (default 2)")
+    return serving.parse(parser, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":FastvideoCache"] + sys.argv[1:]))
+    sys.exit(serving.main(__file__, "FastvideoCache"))

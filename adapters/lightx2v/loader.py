@@ -15,7 +15,7 @@ ends, `sink_tokens`, `need_roll`, `num_evicted`, `local_end_idx`,
 import every model and the platform layer, are skipped by registering the
 packages without running them). The transformer module imports the whole
 Wan inference stack, so this module does not import it: it parses the file
-and compiles, unmodified, the statements of
+and compiles, unmodified (adapters/pipeline_kit/source.py), the statements of
 `infer_self_attn_with_kvcache` from `kv_cache = ...self_attn_kv_cache` to
 `kv_cache.set_ends(...)` (the `store` program) and the two reads of its
 non-sequence-parallel branch (the `read` program). A checkout that lacks
@@ -26,24 +26,21 @@ import ast
 import importlib
 import os
 import sys
-import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from pipeline_kit import source  # noqa: E402
 from subject_support import Checkout  # noqa: E402
+
 ROLLING = os.path.join("lightx2v", "common", "kvcache", "rolling.py")
 INFER = os.path.join("lightx2v", "models", "networks", "wan", "infer", "self_forcing", "transformer_infer.py")
 PACKAGES = ("lightx2v", "lightx2v.common", "lightx2v.common.ops", "lightx2v.common.ops.attn",
             "lightx2v.common.ops.attn.utils", "lightx2v.common.kvcache")
 
-
 # The checkout setup.sh prepared, or $LIGHTX2V_SRC (subject_support.Checkout).
 CHECKOUT = Checkout(HERE, "KVCHECK_LIGHTX2V_READY", "LIGHTX2V_SRC", ROLLING, "LightX2V")
-marker_path = CHECKOUT.marker_path
-is_ready = CHECKOUT.is_ready
-marker = CHECKOUT.marker
-source_dir = CHECKOUT.source_dir
+marker_path, is_ready, marker, source_dir = CHECKOUT.marker_path, CHECKOUT.is_ready, CHECKOUT.marker, CHECKOUT.source_dir
 
 
 class Programs:
@@ -54,36 +51,17 @@ class Programs:
         self.read = read  # code: attn_k = kv_cache.k_cache(...), attn_v = ...
 
 
-def _statements(path, tree):
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "WanSFTransformerInfer":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "infer_self_attn_with_kvcache":
-                    return item.body
-    raise RuntimeError("%s has no WanSFTransformerInfer.infer_self_attn_with_kvcache" % path)
-
-
 def load(src=None):
     src = src or source_dir()
-    if src not in sys.path:
-        sys.path.insert(0, src)
-    for name in PACKAGES:
-        if name not in sys.modules:
-            module = types.ModuleType(name)
-            module.__path__ = [os.path.join(src, *name.split("."))]
-            sys.modules[name] = module
+    source.register_packages(src, PACKAGES)
     rolling = importlib.import_module("lightx2v.common.kvcache.rolling")
 
-    path = os.path.join(src, INFER)
-    if not os.path.isfile(path):
-        raise RuntimeError("the LightX2V checkout %s has no %s" % (src, INFER))
-    with open(path) as f:
-        text = f.read()
-    body = _statements(path, ast.parse(text, filename=path))
-    source = [ast.unparse(node) for node in body]
-    starts = [i for i, s in enumerate(source) if s.startswith("kv_cache = self.kv_cache_manager.self_attn_kv_cache")]
-    ends = [i for i, s in enumerate(source) if s.startswith("kv_cache.set_ends(")]
-    heads = [i for i, s in enumerate(source) if s.startswith(("seg_index = ", "is_ref_prefill = "))]
+    path, tree = source.read(src, INFER, "LightX2V")
+    body = source.require_method(path, tree, "WanSFTransformerInfer", "infer_self_attn_with_kvcache").body
+    texts = [ast.unparse(node) for node in body]
+    starts = [i for i, s in enumerate(texts) if s.startswith("kv_cache = self.kv_cache_manager.self_attn_kv_cache")]
+    ends = [i for i, s in enumerate(texts) if s.startswith("kv_cache.set_ends(")]
+    heads = [i for i, s in enumerate(texts) if s.startswith(("seg_index = ", "is_ref_prefill = "))]
     if len(starts) != 1 or len(ends) != 1 or len(heads) != 2 or not starts[0] < ends[0]:
         raise RuntimeError("%s: infer_self_attn_with_kvcache has no `kv_cache = ...` .. `kv_cache.set_ends(...)` "
                            "block with seg_index / is_ref_prefill before it" % path)
@@ -95,5 +73,5 @@ def load(src=None):
             break
     if len(reads) != 2:
         raise RuntimeError("%s: infer_self_attn_with_kvcache has no attn_k / attn_v read after set_ends" % path)
-    compiled = [compile(ast.Module(body=nodes, type_ignores=[]), path, "exec") for nodes in (store, reads)]
+    compiled = [source.compile_statements(path, nodes) for nodes in (store, reads)]
     return Programs(src, rolling, *compiled)

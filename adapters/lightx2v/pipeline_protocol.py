@@ -15,11 +15,12 @@ Traces carry no `expect`: `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import argparse
-import json
 import os
-import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline_kit import traces  # noqa: E402
 
 
 def trace(rng):
@@ -33,32 +34,14 @@ def trace(rng):
         for segment in range(rng.randint(1, 12)):
             for _ in range(steps + 1):  # the denoising steps, then the re-run
                 ops.append({"write": {"start": segment * n, "len": n}})
-    config = {
-        "variant": "dense", "batch": rng.randint(1, 2), "heads": rng.randint(1, 3), "head_dim": rng.randint(1, 4),
-        "dtype": rng.choice(["f32", "f16", "bf16"]), "capacity": capacity, "sink": sink, "seed": rng.randint(0, 1 << 32),
-    }
+    config = traces.random_config(rng, capacity, sink)
     note = "LightX2V self-forcing: local_attn_size %d, sink_size %d, num_frame_per_chunk %d, %d denoising steps" % (
         capacity, sink, n, steps)
     return config, ops, note
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
-    os.makedirs(args.out, exist_ok=True)
-    for i in range(args.count):
-        config, ops, note = trace(rng)
-        body = {"format": "kvtrace/1", "note": "%s (pipeline_protocol.py --seed %d, trace %d)" % (note, args.seed, i),
-                "config": config, "ops": ops}
-        with open(os.path.join(args.out, "lightx2v-%04d.kvtrace.json" % i), "w") as f:
-            json.dump(body, f, indent=1)
-            f.write("\n")
-    print("wrote %d LightX2V traces to %s" % (args.count, args.out))
-    return 0
+    return traces.main(argv, __doc__, trace, "lightx2v", label="LightX2V")
 
 
 if __name__ == "__main__":

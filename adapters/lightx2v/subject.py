@@ -39,7 +39,6 @@ malformed. Without it no domain is declared and each outside answer cuts
 its case.
 """
 
-import argparse
 import os
 import sys
 import types
@@ -50,10 +49,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 import kvcheck  # noqa: E402
-import kvcheck.serve  # noqa: E402
 import loader  # noqa: E402
-from subject_support import Background  # noqa: E402
-
+from pipeline_kit import serving  # noqa: E402
 
 
 class UnknownRows(RuntimeError):
@@ -64,45 +61,36 @@ class LayerMismatch(RuntimeError):
     """Two layers of one forward read different rows."""
 
 
-def _load():
-    import torch
-
-    torch.set_num_threads(1)
-    return types.SimpleNamespace(torch=torch, programs=loader.load())
-
-
-def _commit():
-    try:
-        return loader.marker().get("commit", "?")[:12]
-    except OSError:
-        return os.environ.get("LIGHTX2V_COMMIT", "?")[:12]
-
-
-class LightX2VRollingCache(kvcheck.Subject):
+class LightX2VRollingCache(serving.ChunkLoop, kvcheck.Subject):
     """LightX2V's RollingKVCachePool (sink + recent ring) under the self-forcing loop's bookkeeping."""
 
     variants = ("dense",)
     arrays = "torch"
     layout = "bnhd"
     ops = ("reset",)
+    unit = "token"
 
     def __init__(self, layers=1, chunk=None):
         self.layers = layers
         self.chunk = chunk
-        self.name = "LightX2V %s RollingKVCachePool" % _commit()
+        self.name = "LightX2V %s RollingKVCachePool" % serving.commit(loader.CHECKOUT)
         if chunk is not None:
             # One chunk length for every video: the loop's domain is then
             # declared, so kvcheck draws only inside it.
             self.name += " (chunks of %d)" % chunk
-            self.domain = {"rewrites": "latest", "chunks": {"lengths": [chunk]}, "probes": "after_append",
-                           "gaps": False, "malformed": False}
-        self.runtime = Background(_load)
+            self.domain = serving.loop_domain(chunk=chunk)
+        self.runtime = serving.runtime(loader, tap=False)
+
+    @classmethod
+    def from_args(cls, argv):
+        args = parse(argv)
+        return cls(args.layers, args.chunk)
 
     def open(self, config):
         rt = self.rt = self.runtime.ready()
         torch = rt.torch
         self.config = config
-        self.dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[config["dtype"]]
+        self.dtype = serving.torch_dtype(torch, config["dtype"])
         self.pools = [
             rt.programs.rolling.RollingKVCachePool(self.layers, config["capacity"], config["heads"], config["head_dim"],
                                                    self.dtype, torch.device("cpu"))
@@ -174,27 +162,23 @@ class LightX2VRollingCache(kvcheck.Subject):
             for key in [key for key, p in table.items() if start <= p < start + length]:
                 del table[key]
 
+    def appends(self, length):
+        if self.chunk_len is not None and length != self.chunk_len:
+            raise kvcheck.Outside("chunk of %d tokens: every segment has num_frame_per_chunk = %d (start = seg_index * num_new)"
+                                  % (length, self.chunk_len))
+        return True
+
+    def refusal(self, start, length):
+        chunk = self.current
+        return "write %d+%d: only the current segment (%s) is run again" % (
+            start, length, "none" if chunk is None else "%d+%d" % (chunk["start"], chunk["len"]))
+
     def write(self, start, length, heads, recent_window, k, v):
-        if k is None or start < 0 or length < 0:
-            raise kvcheck.Outside("write %d+%d: no token has a negative index or count" % (start, length))
         g, chunk = self.global_end, self.current
-        if length == 0:
-            if start > g:
-                raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, g))
+        if self.request(start, length, k) == "probe":
             if chunk is None:
-                c = self.config
-                none = self.rt.torch.zeros((c["batch"], 0, c["heads"], c["head_dim"]), dtype=self.dtype)
-                return [], none, none
+                return self.empty_view()
             start, length, k, v = chunk["start"], chunk["len"], chunk["k"], chunk["v"]
-        elif start == g:
-            if self.chunk_len is not None and length != self.chunk_len:
-                raise kvcheck.Outside("chunk of %d tokens: every segment has num_frame_per_chunk = %d (start = seg_index * num_new)"
-                                    % (length, self.chunk_len))
-        elif chunk is None or start != chunk["start"] or length != chunk["len"]:
-            if start > g:
-                raise kvcheck.Outside("write %d+%d leaves a gap after the global end %d" % (start, length, g))
-            raise kvcheck.Outside("write %d+%d: only the current segment (%s) is run again"
-                                % (start, length, "none" if chunk is None else "%d+%d" % (chunk["start"], chunk["len"])))
         first = self.chunk_len is None
         if first:
             self.chunk_len = length
@@ -219,22 +203,14 @@ class LightX2VRollingCache(kvcheck.Subject):
         self.rows = [{} for _ in self.pools]
 
 
-def _from_args(cls, argv):
-    parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=1, help="pool layers, each run through the statements (default 1)")
+def parse(argv):
+    parser = serving.parser(__doc__)
+    serving.add_layers(parser, 1, "pool layers, each run through the statements (default 1)")
     parser.add_argument("--chunk", type=int,
                         help="num_frame_per_chunk: every chunk has this length, and the loop's domain is declared"
                              " (default: the first chunk's length, no declaration)")
-    args = parser.parse_args(argv)
-    if args.layers < 1:
-        raise SystemExit("--layers must be at least 1")
-    if args.chunk is not None and args.chunk < 1:
-        raise SystemExit("--chunk must be at least 1")
-    return cls(args.layers, args.chunk)
-
-
-LightX2VRollingCache.from_args = classmethod(_from_args)
+    return serving.parse(parser, argv, positive=("layers", "chunk"))
 
 
 if __name__ == "__main__":
-    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":LightX2VRollingCache"] + sys.argv[1:]))
+    sys.exit(serving.main(__file__, "LightX2VRollingCache"))

@@ -25,12 +25,12 @@ The model file is imported as it is (its package `__init__` files, which
 pull the T5 tokenizer and the VAEs, are skipped by registering the packages
 without running them). The pipeline and wrapper files import the text
 encoder, the VAE and the schedulers at module level, so this module does not
-import them: it parses them and compiles, unmodified, the methods above and
-the reset loop of `inference`, which the adapter runs on a stand-in `self`.
-A checkout that lacks one is refused with what it could not find.
+import them: it parses them and compiles, unmodified (adapters/pipeline_kit/
+source.py), the methods above and the reset loop of `inference`, which the
+adapter runs on a stand-in `self`. A checkout that lacks one is refused with
+what it could not find.
 """
 
-import ast
 import importlib
 import os
 import sys
@@ -39,10 +39,13 @@ import types
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from pipeline_kit import source  # noqa: E402
 from subject_support import Checkout  # noqa: E402
+
 PIPELINE = os.path.join("pipeline", "causal_diffusion_inference.py")
 WRAPPER = os.path.join("utils", "wan_5b_wrapper.py")
 MODEL = os.path.join("wan_5b", "modules", "causal_model.py")
+PACKAGES = ("wan_5b", "wan_5b.modules", "utils")
 
 PIPELINE_METHODS = (
     "_initialize_kv_cache",
@@ -53,22 +56,9 @@ PIPELINE_METHODS = (
     "_zero_kv_data",
 )
 
-
 # The checkout setup.sh prepared, or $LONGLIVE_SRC (subject_support.Checkout).
 CHECKOUT = Checkout(HERE, "KVCHECK_LONGLIVE_READY", "LONGLIVE_SRC", MODEL, "LongLive")
-marker_path = CHECKOUT.marker_path
-is_ready = CHECKOUT.is_ready
-marker = CHECKOUT.marker
-source_dir = CHECKOUT.source_dir
-
-
-def _package(name, path):
-    """Registers package `name` at `path` without running its __init__."""
-    if name in sys.modules:
-        return
-    module = types.ModuleType(name)
-    module.__path__ = [path]
-    sys.modules[name] = module
+marker_path, is_ready, marker, source_dir = CHECKOUT.marker_path, CHECKOUT.is_ready, CHECKOUT.marker, CHECKOUT.source_dir
 
 
 def _unused_import():
@@ -102,82 +92,32 @@ class Programs:
 
     def bind(self, obj):
         """`obj` with every compiled function bound as a method."""
-        for name, function in self.functions.items():
-            setattr(obj, name, types.MethodType(function, obj))
-        return obj
-
-
-def _class(tree, name):
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    return None
-
-
-def _method(cls, name):
-    for item in cls.body:
-        if isinstance(item, ast.FunctionDef) and item.name == name:
-            return item
-    return None
-
-
-def _read(src, relative):
-    path = os.path.join(src, relative)
-    if not os.path.isfile(path):
-        raise RuntimeError("the LongLive checkout %s has no %s" % (src, relative))
-    with open(path) as f:
-        text = f.read()
-    return path, ast.parse(text, filename=path)
-
-
-def _reset_loop(path, inference):
-    """`for block_index in range(len(self.kv_cache_pos)):` in the `else:` of
-    `if self.kv_cache_pos is None:` (a new video on an allocated cache)."""
-    for node in inference.body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "self.kv_cache_pos is None":
-            for inner in node.orelse:
-                if isinstance(inner, ast.For) and ast.unparse(inner.iter) == "range(len(self.kv_cache_pos))":
-                    return inner
-    raise RuntimeError("%s: inference() has no kv_cache_pos reset loop" % path)
+        return source.bind(obj, self.functions)
 
 
 def load(src=None):
     src = src or source_dir()
-    if src not in sys.path:
-        sys.path.insert(0, src)
-    _package("wan_5b", os.path.join(src, "wan_5b"))
-    _package("wan_5b.modules", os.path.join(src, "wan_5b", "modules"))
-    _package("utils", os.path.join(src, "utils"))
+    source.register_packages(src, PACKAGES)
     _unused_import()
     model = importlib.import_module("wan_5b.modules.causal_model")
 
-    path, tree = _read(src, PIPELINE)
-    pipeline = _class(tree, "CausalDiffusionInferencePipeline")
-    if pipeline is None:
-        raise RuntimeError("%s has no CausalDiffusionInferencePipeline" % path)
-    nodes = []
-    for name in PIPELINE_METHODS:
-        node = _method(pipeline, name)
-        if node is None:
-            raise RuntimeError("%s: CausalDiffusionInferencePipeline has no %s" % (path, name))
-        nodes.append(node)
-    inference = _method(pipeline, "inference")
-    if inference is None:
-        raise RuntimeError("%s: CausalDiffusionInferencePipeline has no inference" % path)
-    reset = compile(ast.Module(body=[_reset_loop(path, inference)], type_ignores=[]), path, "exec")
+    path, tree = source.read(src, PIPELINE, "LongLive")
+    cls = "CausalDiffusionInferencePipeline"
+    *nodes, inference = source.require_methods(path, tree, cls, PIPELINE_METHODS + ("inference",))
+    # `for block_index in range(len(self.kv_cache_pos)):` in the `else:` of
+    # `if self.kv_cache_pos is None:` (a new video on an allocated cache).
+    loop = source.else_loop(path, inference, "self.kv_cache_pos is None", "range(len(self.kv_cache_pos))",
+                            "inference() has no kv_cache_pos reset loop")
+    reset = source.compile_statements(path, [loop])
 
-    wpath, wtree = _read(src, WRAPPER)
-    wrapper = _class(wtree, "WanDiffusionWrapper")
-    call_model = _method(wrapper, "_call_model") if wrapper is not None else None
-    if call_model is None:
-        raise RuntimeError("%s has no WanDiffusionWrapper._call_model" % wpath)
+    wpath, wtree = source.read(src, WRAPPER, "LongLive")
+    call_model = source.require_method(wpath, wtree, "WanDiffusionWrapper", "_call_model")
 
     import torch
 
     functions, namespaces = {}, []
     for file, methods in ((path, nodes), (wpath, [call_model])):
         namespace = {"torch": torch, "os": os}
-        exec(compile(ast.Module(body=list(methods), type_ignores=[]), file, "exec"), namespace)
-        functions.update({node.name: namespace[node.name] for node in methods})
+        functions.update(source.compile_functions(file, methods, namespace))
         namespaces.append(namespace)
     return Programs(src, model, functions, reset, namespaces[0])

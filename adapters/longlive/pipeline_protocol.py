@@ -25,11 +25,12 @@ Traces carry no `expect`: `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import argparse
-import json
 import os
-import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline_kit import traces  # noqa: E402
 
 
 def trace(rng, aligned, recache):
@@ -71,39 +72,15 @@ def trace(rng, aligned, recache):
             g += size
     note = "LongLive: local_attn_size %d, sink_size %d (multi_shot_sink), num_frame_per_block %d%s, %d denoising steps%s" % (
         capacity, sink, n, ", independent_first_frame" if first else "", steps, ", shot_clean_recache" if recache else "")
-    config = {
-        "variant": "dense",
-        "batch": rng.randint(1, 2),
-        "heads": rng.randint(1, 3),
-        "head_dim": rng.randint(1, 4),
-        "dtype": rng.choice(["f32", "f16", "bf16"]),
-        "capacity": capacity,
-        "sink": sink,
-        "global_sink": sink,
-        "seed": rng.randint(0, 1 << 32),
-    }
+    config = traces.random_config(rng, capacity, sink, global_sink=sink)
     return config, ops, note
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--aligned", action="store_true", help="only configurations whose pins come to rest after the global sink")
-    parser.add_argument("--recache", action="store_true", help="shot_clean_recache: re-cache every scene cut")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
-    os.makedirs(args.out, exist_ok=True)
-    for i in range(args.count):
-        config, ops, note = trace(rng, args.aligned, args.recache)
-        body = {"format": "kvtrace/1", "note": "%s (pipeline_protocol.py --seed %d, trace %d)" % (note, args.seed, i),
-                "config": config, "ops": ops}
-        with open(os.path.join(args.out, "longlive-%04d.kvtrace.json" % i), "w") as f:
-            json.dump(body, f, indent=1)
-            f.write("\n")
-    print("wrote %d LongLive traces to %s" % (args.count, args.out))
-    return 0
+    return traces.main(argv, __doc__, trace, "longlive", label="LongLive", options=[
+        ("--aligned", {"action": "store_true", "help": "only configurations whose pins come to rest after the global sink"}),
+        ("--recache", {"action": "store_true", "help": "shot_clean_recache: re-cache every scene cut"}),
+    ])
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ model of the contract): `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import argparse
-import json
 import os
-import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline_kit import traces  # noqa: E402
 
 
 def trace(rng):
@@ -30,16 +31,7 @@ def trace(rng):
     sink = rng.randint(0, min(3, capacity - 1))
     block = rng.randint(1, capacity - sink)
     steps = rng.randint(1, 4)
-    config = {
-        "variant": "dense",
-        "batch": rng.randint(1, 2),
-        "heads": rng.randint(1, 3),
-        "head_dim": rng.randint(1, 4),
-        "dtype": rng.choice(["f32", "f16", "bf16"]),
-        "capacity": capacity,
-        "sink": sink,
-        "seed": rng.randint(0, 1 << 32),
-    }
+    config = traces.random_config(rng, capacity, sink)
     ops = []
     for video in range(rng.choice([1, 1, 1, 2])):
         if video:
@@ -54,37 +46,18 @@ def trace(rng):
             start += n
             if rng.random() < 0.2:
                 ops.append({"write": {"start": start, "len": 0}})
-    return config, ops
+    return config, ops, None
 
 
 def generate(count, seed, expect=False):
-    rng = random.Random(seed)
-    for _ in range(count):
-        config, ops = trace(rng)
-        out = {"format": "kvtrace/1", "config": config, "ops": ops}
-        if expect:
-            sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-            import clean_protocol
-            import kvtrace_replay
-
-            out["config"] = kvtrace_replay.full_config(config)
-            out["expect"] = clean_protocol.expect(out["config"], ops)
-        yield out
+    """`count` traces of `trace` (with `expect`, the contract's outcomes filled in)."""
+    return traces.generate(trace, count, seed, expect)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", required=True, help="directory for the traces")
-    parser.add_argument("--expect", action="store_true", help="fill in `expect` from the contract's model")
-    args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    for i, t in enumerate(generate(args.count, args.seed, args.expect)):
-        with open(os.path.join(args.out, "chunk-loop-%04d.kvtrace.json" % i), "w") as f:
-            json.dump(t, f)
-    print("%d traces in %s" % (args.count, args.out))
+    return traces.main(argv, __doc__, trace, "chunk-loop", count=300, expect=True,
+                       out_help="directory for the traces", indent=None)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

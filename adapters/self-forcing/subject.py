@@ -6,7 +6,8 @@
 The checkout is `--src`, else `$SELF_FORCING_SRC`, else the one setup.sh
 recorded (github guandeh17/Self-Forcing; an unpacked archive names its
 commit in a `KVCHECK_COMMIT` file). The shape and the op
-mapping are shape.py's; from the checkout this compiles, unmodified:
+mapping are the kit's (adapters/pipeline_kit/shape.py); from the checkout
+this compiles, unmodified:
 
 - `CausalWanSelfAttention.forward` (`wan/modules/causal_model.py`), with
   `self.max_attention_size` from the statement of its `__init__`
@@ -25,7 +26,7 @@ The tiny model writes one token per latent frame, so `frame_seq_length` is
 `math.prod(grid_sizes[0][1:])` of the grid `[n, 1, 1]`.
 """
 
-import argparse
+import ast
 import os
 import subprocess
 import sys
@@ -33,12 +34,13 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTERS = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 sys.path.insert(0, ADAPTERS)
 sys.path.insert(0, os.path.join(os.path.dirname(ADAPTERS), "python"))
 
-import kvcheck.serve  # noqa: E402
-import shape  # noqa: E402
+from pipeline_kit import serving, shape  # noqa: E402
+# (as `extract`: `source()` below is the checkout)
+from pipeline_kit import source as extract  # noqa: E402
+from pipeline_kit.source import starts  # noqa: E402
 
 MODEL = os.path.join("wan", "modules", "causal_model.py")
 PIPELINE = os.path.join("pipeline", "causal_inference.py")
@@ -72,10 +74,6 @@ def commit(src):
         return open(marker).read().strip() if os.path.isfile(marker) else "unversioned"
 
 
-def starts(prefix):
-    return lambda s: s.startswith(prefix)
-
-
 class SelfForcing(shape.Flavour):
     name = "self-forcing"
 
@@ -85,32 +83,32 @@ class SelfForcing(shape.Flavour):
 
         self.where = "Self-Forcing %s" % commit(src)[:12]
         model, pipeline = os.path.join(src, MODEL), os.path.join(src, PIPELINE)
-        _, tree = shape.parse(model)
-        forward = shape.find_method(tree, "CausalWanSelfAttention", "forward")
-        init = shape.find_method(tree, "CausalWanSelfAttention", "__init__")
+        _, tree = extract.parse(model)
+        forward = extract.find_method(tree, "CausalWanSelfAttention", "forward")
+        init = extract.find_method(tree, "CausalWanSelfAttention", "__init__")
         if forward is None or init is None:
             raise RuntimeError("%s has no CausalWanSelfAttention.forward / __init__" % model)
         namespace = {"torch": torch, "math": math, "causal_rope_apply": self.identity_rope,
                      "attention": self.attention}
-        self.attn_forward = shape.compile_functions(model, [forward], namespace)["forward"]
-        self.window = shape.compile_statements(model, shape.statements(
+        self.attn_forward = extract.compile_functions(model, [forward], namespace)["forward"]
+        self.window = extract.compile_statements(model, extract.statements(
             model, init.body, [starts("self.max_attention_size = ")], "max_attention_size"))
 
-        _, ptree = shape.parse(pipeline)
+        _, ptree = extract.parse(pipeline)
         cls = "CausalInferencePipeline"
-        allocate = shape.find_method(ptree, cls, "_initialize_kv_cache")
-        inference = shape.find_method(ptree, cls, "inference")
+        allocate = extract.find_method(ptree, cls, "_initialize_kv_cache")
+        inference = extract.find_method(ptree, cls, "inference")
         if allocate is None or inference is None:
             raise RuntimeError("%s has no %s._initialize_kv_cache / inference" % (pipeline, cls))
-        self.cache_size = shape.compile_statements(pipeline, shape.statements(
+        self.cache_size = extract.compile_statements(pipeline, extract.statements(
             pipeline, allocate.body, [lambda s: s.startswith("if self.local_attn_size != -1:") and "kv_cache_size" in s],
             "kv_cache_size"))
-        self.start_expr = shape.expression(pipeline, shape.keyword_in(inference, "current_start"))
-        branch = [node for node in shape.walk_statements(inference.body)
-                  if isinstance(node, shape.ast.If) and shape.ast.unparse(node.test) == "self.kv_cache1 is None"]
+        self.start_expr = extract.expression(pipeline, extract.keyword_in(inference, "current_start"))
+        branch = [node for node in extract.walk_statements(inference.body)
+                  if isinstance(node, ast.If) and ast.unparse(node.test) == "self.kv_cache1 is None"]
         if len(branch) != 1 or not branch[0].orelse:
             raise RuntimeError("%s: inference has no `if self.kv_cache1 is None: ... else: <reset>`" % pipeline)
-        self.reset_code = shape.compile_statements(pipeline, branch[0].orelse)
+        self.reset_code = extract.compile_statements(pipeline, branch[0].orelse)
 
     def sizes(self, config, layers):
         torch = self.torch
@@ -166,14 +164,11 @@ class SelfForcingCache(shape.ShapeCache):
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+    parser = serving.parser(__doc__)
     parser.add_argument("--src", help="the Self-Forcing checkout (default $SELF_FORCING_SRC)")
-    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    args = parser.parse_args(argv)
-    if args.layers < 1:
-        raise SystemExit("--layers must be at least 1")
-    return args
+    serving.add_layers(parser, 2, "transformer blocks (default 2)")
+    return serving.parse(parser, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":SelfForcingCache"] + sys.argv[1:]))
+    sys.exit(serving.main(__file__, "SelfForcingCache"))

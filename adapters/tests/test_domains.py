@@ -23,7 +23,7 @@ LOOP = {"rewrites": "latest", "probes": "after_append", "gaps": False, "malforme
 
 # (adapter directory, module file, class, from_args arguments) -> the domain it declares
 DECLARED = [
-    (("self-forcing", "shape.py", "ShapeCache", None), LOOP),
+    (("pipeline_kit", "shape.py", "ShapeCache", None), LOOP),
     (("longlive", "subject.py", "LongLiveCache", []), dict(LOOP, evict="scene_cut", pin="scene_cut")),
     (("rollingforcing", "subject.py", "RollingForcingCache", []), None),
     (("rollingforcing", "subject.py", "RollingForcingCache", ["--block", "3"]), dict(LOOP, chunks={"lengths": [3]})),

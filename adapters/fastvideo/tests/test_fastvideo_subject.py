@@ -23,7 +23,7 @@ ADAPTER = os.path.dirname(HERE)
 ADAPTERS = os.path.dirname(ADAPTER)
 ROOT = os.path.dirname(ADAPTERS)
 sys.path.insert(0, ADAPTERS)  # kvtrace_replay, clean_protocol
-sys.path.insert(0, os.path.join(ADAPTERS, "self-forcing"))  # pipeline_protocol, shape
+sys.path.insert(0, os.path.join(ADAPTERS, "self-forcing"))  # pipeline_protocol
 sys.path.insert(0, ADAPTER)  # this adapter's subject.py before self-forcing's
 
 import kvtrace_replay  # noqa: E402

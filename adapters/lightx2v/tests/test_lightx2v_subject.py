@@ -11,49 +11,23 @@ Without the environment every test is skipped with that instruction.
 import os
 import random
 import sys
-import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-sys.path.insert(0, ADAPTERS)
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(ADAPTER))
 sys.path.insert(0, ADAPTER)
 
-import clean_protocol  # noqa: E402
-import kvtrace_replay  # noqa: E402
 import loader  # noqa: E402
 import pipeline_protocol  # noqa: E402
+from pipeline_kit import testing  # noqa: E402
+from pipeline_kit.testing import environment, with_expect  # noqa: E402
 
-SKIP = (
-    "LightX2V environment absent: run LIGHTX2V_SRC=checkout adapters/lightx2v/setup.sh, "
-    "then this with adapters/lightx2v/.venv/bin/python"
-)
-
-try:
-    import torch  # noqa: F401
-
-    READY = loader.is_ready()
-except ImportError:
-    READY = False
-
-SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTER, "subject.py"))
-
-
-def with_expect(config, ops):
-    config = kvtrace_replay.full_config(config)
-    return {"format": "kvtrace/1", "config": config, "ops": ops, "expect": clean_protocol.expect(config, ops)}
+READY, SKIP, SUBJECT = environment(ADAPTER, loader, "LightX2V", "LIGHTX2V_SRC")
 
 
 @unittest.skipUnless(READY, SKIP)
-class LightX2V(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.subject = kvtrace_replay.Subject(SUBJECT)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.subject.close() == 0
+class LightX2V(testing.SubjectTest):
+    command = SUBJECT
 
     def test_hello_declares_what_the_loop_can_express(self):
         caps = self.subject.hello["capabilities"]
@@ -65,7 +39,7 @@ class LightX2V(unittest.TestCase):
         rng = random.Random(2)
         for _ in range(20):
             config, ops, note = pipeline_protocol.trace(rng)
-            self.assertEqual(kvtrace_replay.replay(self.subject, with_expect(config, ops), exact_kinds=False), [], note)
+            self.assertEqual(self.replay(with_expect(config, ops)), [], note)
 
     def test_the_ring_wraps_past_its_end(self):
         # C = 5, S = 1: a ring of 4 slots, 3-token chunks: the later chunks'
@@ -73,12 +47,12 @@ class LightX2V(unittest.TestCase):
         ops = [{"write": {"start": s, "len": 3}} for s in (0, 3, 6, 9)] + [{"write": {"start": 9, "len": 0}}]
         trace = with_expect({"variant": "dense", "capacity": 5, "sink": 1}, ops)
         self.assertEqual(trace["expect"][-1]["ok"]["visible"], [0, 8, 9, 10, 11])
-        self.assertEqual(kvtrace_replay.replay(self.subject, trace, exact_kinds=False), [])
+        self.assertEqual(self.replay(trace), [])
 
     def test_chunks_of_another_length_are_outside(self):
         trace = with_expect({"variant": "dense", "capacity": 8, "sink": 1},
                             [{"write": {"start": 0, "len": 2}}, {"write": {"start": 2, "len": 3}}])
-        problems = kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+        problems = self.replay(trace)
         self.assertEqual(len(problems), 1)
         self.assertIn("\"type\": \"Outside\"", problems[0])
 
@@ -94,14 +68,8 @@ class Loader(unittest.TestCase):
     @unittest.skipUnless(READY, SKIP)
     def test_a_checkout_without_the_read_is_refused(self):
         loader.load()  # rolling.py imported from the real checkout
-        src = loader.source_dir()
-        with tempfile.TemporaryDirectory() as tmp:
-            target = os.path.join(tmp, loader.INFER)
-            os.makedirs(os.path.dirname(target))
-            with open(os.path.join(src, loader.INFER)) as f:
-                text = f.read()
-            with open(target, "w") as f:
-                f.write(text.replace("attn_k = kv_cache.k_cache(", "attn_k = read_k(kv_cache, "))
+        with testing.altered_checkout(loader.source_dir(), [loader.INFER],
+                                      "attn_k = kv_cache.k_cache(", "attn_k = read_k(kv_cache, ") as tmp:
             with self.assertRaisesRegex(RuntimeError, "no attn_k / attn_v read"):
                 loader.load(tmp)
 

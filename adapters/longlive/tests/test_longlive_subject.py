@@ -12,84 +12,27 @@ skips, naming the finding, when the code behaves otherwise (a patched or
 newer checkout).
 """
 
-import json
 import os
 import random
 import sys
-import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-FINDINGS = os.path.join(os.path.dirname(ADAPTERS), "docs", "findings")
-sys.path.insert(0, ADAPTERS)
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(ADAPTER))
 sys.path.insert(0, ADAPTER)
 
 import kvtrace_replay  # noqa: E402
 import loader  # noqa: E402
 import pipeline_protocol  # noqa: E402
+from pipeline_kit import testing  # noqa: E402
+from pipeline_kit.testing import environment, expect, with_expect  # noqa: E402
 
-SKIP = (
-    "LongLive environment absent: run LONGLIVE_SRC=checkout adapters/longlive/setup.sh, "
-    "then this with adapters/longlive/.venv/bin/python"
-)
-
-try:
-    import torch  # noqa: F401
-
-    READY = loader.is_ready()
-except ImportError:
-    READY = False
-
-SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTER, "subject.py"))
-
-
-def expect(config, ops):
-    """The contract's outcome of every op, pins and evicts included (the
-    reference model of adapters/reference_subject.py; these traces are
-    never refused)."""
-    from reference_subject import Cache, parse_config
-
-    cache = Cache(parse_config(config))
-    out = []
-    for index, op in enumerate(ops):
-        if op == "reset":
-            out.append({"ok": cache.reset()})
-        elif "pin" in op:
-            out.append({"ok": cache.pin_op(op["pin"]["tokens"])})
-        elif "evict" in op:
-            out.append({"ok": cache.evict(op["evict"]["tokens"])})
-        else:
-            size = config["batch"] * op["write"]["len"] * config["heads"] * cache.row_bytes
-            visible, _, _ = cache.write(index, op["write"], bytes(size), bytes(size))
-            writers = [[cache.resident[p][h] for p in visible] for h in range(config["heads"])]
-            out.append({"ok": {"global_end": cache.global_end, "visible": visible, "writers": writers}})
-    return out
-
-
-def with_expect(config, ops):
-    config = kvtrace_replay.full_config(config)
-    return {"format": "kvtrace/1", "config": config, "ops": ops, "expect": expect(config, ops)}
-
-
-def finding(name):
-    with open(os.path.join(FINDINGS, name + ".kvtrace.json")) as f:
-        return json.load(f)
+READY, SKIP, SUBJECT = environment(ADAPTER, loader, "LongLive", "LONGLIVE_SRC")
 
 
 @unittest.skipUnless(READY, SKIP)
-class LongLive(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.subject = kvtrace_replay.Subject(SUBJECT)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.subject.close() == 0
-
-    def replay(self, trace):
-        return kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+class LongLive(testing.SubjectTest):
+    command, library = SUBJECT, "LongLive"
 
     def test_hello_declares_what_the_pipeline_can_express(self):
         caps = self.subject.hello["capabilities"]
@@ -116,14 +59,6 @@ class LongLive(unittest.TestCase):
         self.assertEqual(len(problems), 1)
         self.assertIn("\"type\": \"Outside\"", problems[0])
 
-    def check_finding(self, name, op, fragment):
-        problems = self.replay(finding(name))
-        if not problems:
-            self.skipTest("the loaded LongLive agrees on docs/findings/%s.kvtrace.json (docs/findings/%s.md)" % (name, name))
-        self.assertEqual(len(problems), 1, problems)
-        self.assertTrue(problems[0].startswith("op %d " % op), problems)
-        self.assertIn(fragment, problems[0])
-
     def test_finding_floating_pin_evicted(self):
         # C = 7, S = GS = 2: the pin of frames 3, 4 floats at buffer 3; the
         # roll of 2 evicts buffer [2, 4), frame 3 with it.
@@ -145,16 +80,8 @@ class Loader(unittest.TestCase):
     @unittest.skipUnless(READY, SKIP)
     def test_a_checkout_without_a_method_is_refused_by_name(self):
         loader.load()  # the model module imported from the real checkout; the pipeline file is read again
-        src = loader.source_dir()
-        with tempfile.TemporaryDirectory() as tmp:
-            for relative in (loader.PIPELINE, loader.WRAPPER):
-                os.makedirs(os.path.dirname(os.path.join(tmp, relative)), exist_ok=True)
-                with open(os.path.join(src, relative)) as f:
-                    text = f.read()
-                if relative == loader.PIPELINE:
-                    text = text.replace("def _zero_kv_data(", "def _zero_kv_data_renamed(")
-                with open(os.path.join(tmp, relative), "w") as f:
-                    f.write(text)
+        with testing.altered_checkout(loader.source_dir(), (loader.PIPELINE, loader.WRAPPER),
+                                      "def _zero_kv_data(", "def _zero_kv_data_renamed(") as tmp:
             with self.assertRaisesRegex(RuntimeError, "no _zero_kv_data"):
                 loader.load(tmp)
 

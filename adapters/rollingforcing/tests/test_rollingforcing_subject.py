@@ -12,65 +12,22 @@ recorded, and the case skips, naming the finding, when the code behaves
 otherwise (a patched or newer checkout).
 """
 
-import json
 import os
 import random
 import sys
-import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-FINDINGS = os.path.join(os.path.dirname(ADAPTERS), "docs", "findings")
-sys.path.insert(0, ADAPTERS)
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(ADAPTER))
 sys.path.insert(0, ADAPTER)
 
 import kvtrace_replay  # noqa: E402
 import loader  # noqa: E402
 import pipeline_protocol  # noqa: E402
+from pipeline_kit import testing  # noqa: E402
+from pipeline_kit.testing import environment, expect, with_expect  # noqa: E402
 
-SKIP = (
-    "Rolling Forcing environment absent: run ROLLINGFORCING_SRC=checkout adapters/rollingforcing/setup.sh, "
-    "then this with adapters/rollingforcing/.venv/bin/python"
-)
-
-try:
-    import torch  # noqa: F401
-
-    READY = loader.is_ready()
-except ImportError:
-    READY = False
-
-SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTER, "subject.py"))
-
-
-def expect(config, ops):
-    """The contract's outcome of every op (the reference model of
-    adapters/reference_subject.py; these traces are never refused)."""
-    from reference_subject import Cache, parse_config
-
-    cache = Cache(parse_config(config))
-    out = []
-    for index, op in enumerate(ops):
-        if op == "reset":
-            out.append({"ok": cache.reset()})
-        else:
-            size = config["batch"] * op["write"]["len"] * config["heads"] * cache.row_bytes
-            visible, _, _ = cache.write(index, op["write"], bytes(size), bytes(size))
-            writers = [[cache.resident[p][h] for p in visible] for h in range(config["heads"])]
-            out.append({"ok": {"global_end": cache.global_end, "visible": visible, "writers": writers}})
-    return out
-
-
-def with_expect(config, ops):
-    config = kvtrace_replay.full_config(config)
-    return {"format": "kvtrace/1", "config": config, "ops": ops, "expect": expect(config, ops)}
-
-
-def finding(name):
-    with open(os.path.join(FINDINGS, name + ".kvtrace.json")) as f:
-        return json.load(f)
+READY, SKIP, SUBJECT = environment(ADAPTER, loader, "Rolling Forcing", "ROLLINGFORCING_SRC")
 
 
 def short_video(rng):
@@ -84,17 +41,8 @@ def short_video(rng):
 
 
 @unittest.skipUnless(READY, SKIP)
-class RollingForcing(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.subject = kvtrace_replay.Subject(SUBJECT)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.subject.close() == 0
-
-    def replay(self, trace):
-        return kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+class RollingForcing(testing.SubjectTest):
+    command, library = SUBJECT, "Rolling Forcing"
 
     def test_hello_declares_what_the_pipeline_can_express(self):
         caps = self.subject.hello["capabilities"]
@@ -120,13 +68,7 @@ class RollingForcing(unittest.TestCase):
     def test_finding_rerun_drops_anchor(self):
         # C = 4, S = 2: three blocks fill the cache of 6 frames; the clean
         # re-run of the third (the probe) reads frames 2..5, not the anchor 0, 1.
-        name = "rollingforcing-rerun-drops-anchor"
-        problems = self.replay(finding(name))
-        if not problems:
-            self.skipTest("the loaded Rolling Forcing agrees on docs/findings/%s.kvtrace.json (docs/findings/%s.md)" % (name, name))
-        self.assertEqual(len(problems), 1, problems)
-        self.assertTrue(problems[0].startswith("op 3 "), problems)
-        self.assertIn("visible [2, 3, 4, 5], expected [0, 1, 4, 5]", problems[0])
+        self.check_finding("rollingforcing-rerun-drops-anchor", 3, "visible [2, 3, 4, 5], expected [0, 1, 4, 5]")
 
 
 class Loader(unittest.TestCase):
@@ -139,13 +81,8 @@ class Loader(unittest.TestCase):
     @unittest.skipUnless(READY, SKIP)
     def test_a_checkout_without_the_reset_loop_is_refused(self):
         loader.load()  # the model module imported from the real checkout; the pipeline file is read again
-        src = loader.source_dir()
-        with tempfile.TemporaryDirectory() as tmp:
-            os.makedirs(os.path.join(tmp, "pipeline"))
-            with open(os.path.join(src, loader.PIPELINE)) as f:
-                text = f.read().replace("def inference_rolling_forcing(", "def inference_renamed(")
-            with open(os.path.join(tmp, loader.PIPELINE), "w") as f:
-                f.write(text)
+        with testing.altered_checkout(loader.source_dir(), [loader.PIPELINE],
+                                      "def inference_rolling_forcing(", "def inference_renamed(") as tmp:
             with self.assertRaisesRegex(RuntimeError, "no CausalInferencePipeline.inference_rolling_forcing"):
                 loader.load(tmp)
 

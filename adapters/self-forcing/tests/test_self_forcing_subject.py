@@ -28,14 +28,13 @@ SKIP = (
 
 
 def recorded_source():
-    """$SELF_FORCING_SRC, else the checkout setup.sh recorded in its marker."""
-    if os.environ.get("SELF_FORCING_SRC"):
-        return os.environ["SELF_FORCING_SRC"]
-    venv = os.environ.get("VENV") or os.path.join(ADAPTER, ".venv")
+    """$SELF_FORCING_SRC, else the checkout setup.sh recorded in its marker
+    (the subject's own lookup), or None."""
+    import subject
+
     try:
-        with open(os.path.join(venv, "KVCHECK_SELF_FORCING_READY")) as f:
-            return f.read().splitlines()[1]
-    except (OSError, IndexError):
+        return subject.source()
+    except RuntimeError:
         return None
 
 
@@ -43,7 +42,7 @@ SRC = recorded_source()
 try:
     import torch  # noqa: F401
 
-    READY = bool(SRC) and os.path.isfile(os.path.join(SRC, "wan", "modules", "causal_model.py"))
+    READY = bool(SRC)
 except ImportError:
     READY = False
 

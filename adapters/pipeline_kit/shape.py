@@ -15,9 +15,10 @@ the slots after the first `sink_size * frame_seqlen` roll left by the
 overflow first; attention reads the slots
 `[max(0, local_end_index - max_attention_size), local_end_index)`.
 
-This module compiles, unmodified, that `forward` of the library's file and
-the pipeline statements that size the cache and place each chunk (which
-statements, per library, is a `Flavour`), and runs them for kvtrace ops:
+A library's adapter compiles, unmodified, that `forward` of the library's
+file and the pipeline statements that size the cache and place each chunk
+(pipeline_kit.source; which statements, per library, is its `Flavour`); this
+module runs them for kvtrace ops:
 
 | kvtrace op | pipeline call |
 |---|---|
@@ -46,103 +47,9 @@ negative numbers. `ShapeCache` declares that domain (`LOOP`), so kvcheck
 draws only inside it.
 """
 
-import ast
-
 import kvcheck
 
-
-
-def parse(path):
-    with open(path) as f:
-        text = f.read()
-    return text, ast.parse(text, filename=path)
-
-
-def find_class(tree, name):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    return None
-
-
-def find_method(tree, cls_name, name):
-    cls = find_class(tree, cls_name)
-    if cls is None:
-        return None
-    for item in cls.body:
-        if isinstance(item, ast.FunctionDef) and item.name == name:
-            return item
-    return None
-
-
-def find_function(tree, name):
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    return None
-
-
-def statements(path, body, tests, what, optional=0):
-    """The statements of `body` (searched recursively, in source order) that
-    the `tests` pick, one each; RuntimeError naming the one missing. The
-    first `optional` tests may find nothing (a patched file)."""
-    found = []
-    for index, test in enumerate(tests):
-        hits = [node for node in walk_statements(body) if test(ast.unparse(node))]
-        if not hits and index < optional:
-            continue
-        if len(hits) != 1:
-            raise RuntimeError("%s: expected one statement for %s, found %d" % (path, what, len(hits)))
-        found.append(hits[0])
-    return found
-
-
-def walk_statements(body):
-    for node in body:
-        yield node
-        for field in ("body", "orelse", "finalbody"):
-            inner = getattr(node, field, None)
-            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                yield from walk_statements(inner)
-
-
-def compile_statements(path, nodes):
-    import __future__
-
-    # Annotations name the library's types (BlockMask, ...): left unevaluated.
-    module = ast.Module(body=list(nodes), type_ignores=[])
-    return compile(module, path, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
-
-
-def compile_functions(path, nodes, namespace):
-    """Defines the function nodes in `namespace`; returns them by name."""
-    exec(compile_statements(path, nodes), namespace)
-    return {node.name: namespace[node.name] for node in nodes}
-
-
-def expression(path, source_text):
-    """An expression of the library's source (`source_text`), compiled for eval."""
-    return compile(ast.Expression(body=ast.parse(source_text, mode="eval").body), path, "eval", dont_inherit=True)
-
-
-def keyword_in(node, name):
-    """The source of the first `name=` keyword argument of a call under `node`."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call):
-            for kw in sub.keywords:
-                if kw.arg == name:
-                    return ast.unparse(kw.value)
-    return None
-
-
-def dict_value_in(node, key):
-    """The source of the first dict display entry `"key": ...` under `node`."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Dict):
-            for k, v in zip(sub.keys, sub.values):
-                if isinstance(k, ast.Constant) and k.value == key:
-                    return ast.unparse(v)
-    return None
+from pipeline_kit.serving import LOOP, torch_dtype
 
 
 class Flavour:
@@ -185,13 +92,10 @@ class Flavour:
         self.sizes(self.config, self.layers)
 
 
-# The requests the chunk loop makes of its cache: a chunk appended at the
-# global end, denoising rewrites and the clean re-run of exactly that chunk,
-# the next step's read once a chunk is there. Gaps, rewrites of older
-# chunks and negative numbers are answered as kvcheck.Outside. A chunk wider
-# than the room beside the sink stays inside: the stages accept such a
-# geometry (docs/findings/fastvideo-chunk-overwrites-sink.md).
-LOOP = {"rewrites": "latest", "probes": "after_append", "gaps": False, "malformed": False}
+# LOOP (pipeline_kit.serving): gaps, rewrites of older chunks and negative
+# numbers are answered as kvcheck.Outside. A chunk wider than the room
+# beside the sink stays inside: the stages accept such a geometry
+# (docs/findings/fastvideo-chunk-overwrites-sink.md).
 
 
 class ShapeCache(kvcheck.Subject):
@@ -227,7 +131,7 @@ class ShapeCache(kvcheck.Subject):
             raise kvcheck.Outside("no growth: the buffer is local_attn_size frames")
         self.config = config
         self.torch = torch
-        self.dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[config["dtype"]]
+        self.dtype = torch_dtype(torch, config["dtype"])
         self.flavour.config, self.flavour.layers, self.flavour.dtype = config, self.layers, self.dtype
         self.flavour.sizes(config, self.layers)
         self.tap.forget()
