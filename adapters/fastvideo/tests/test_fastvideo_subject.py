@@ -34,12 +34,14 @@ SKIP = (
 )
 
 try:
-    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
 
     import torch  # noqa: F401
 
-    READY = importlib.util.find_spec("fastvideo") is not None
-except ImportError:
+    # The installed distribution, not an import: with ADAPTERS on the path,
+    # `fastvideo` would also name this adapter's own folder.
+    READY = bool(version("fastvideo"))
+except (ImportError, PackageNotFoundError):
     READY = False
 
 SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTER, "subject.py"))
