@@ -90,6 +90,62 @@ class TappedToy(TappedSubject):
         return sum(cache[name].numel() * cache[name].element_size() for name in ("k", "v"))
 
 
+
+class LoopToy(TappedToy):
+    """The toy as its own chunk loop asks it, and nothing more: appends at
+    the global end that fit beside the sink, denoising rewrites of the
+    latest chunk, reads after a chunk, resets. Every other request is
+    answered `kvcheck.Outside`, so kvcheck judges what comes before it and
+    cuts the case there; it declares nothing (`DeclaredLoopToy` does)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.latest: tuple | None = None
+
+    @classmethod
+    def from_args(cls, argv: list):
+        toy = TappedToy.from_args(argv)
+        return cls(toy.bug, toy.masked, toy.blocks)
+
+    def open(self, config: dict) -> None:
+        super().open(config)
+        self.room = config["capacity"] - config["sink"]
+        self.latest = None
+
+    def write(self, start, length, heads, recent_window, k, v):
+        end = self.global_end
+        if start < 0 or length < 0 or start > end:
+            raise kvcheck.Outside("the loop never asks for write %d+%d" % (start, length))
+        if length > self.room:
+            raise kvcheck.Outside("a chunk never exceeds the room beside the sink")
+        if length == 0 and (self.latest is None or start != end):
+            raise kvcheck.Outside("attention reads only after a chunk")
+        if length > 0 and start < end and (start, length) != self.latest:
+            raise kvcheck.Outside("only the latest chunk is denoised again")
+        view = super().write(start, length, heads, recent_window, k, v)
+        if length > 0 and start == end:
+            self.latest = (start, length)
+        return view
+
+    def rewind(self, to: int) -> None:
+        raise kvcheck.Outside("the loop never rewinds")
+
+    def evict(self, tokens: int) -> None:
+        raise kvcheck.Outside("the loop never evicts")
+
+    def reset(self) -> None:
+        super().reset()
+        self.latest = None
+
+
+class DeclaredLoopToy(LoopToy):
+    """`LoopToy` declaring its loop, so that kvcheck draws inside it."""
+
+    ops = ("reset",)  # no rewind, evict or pin: the loop never makes them
+    domain = {"rewrites": "latest", "probes": "after_append", "gaps": False,
+              "oversized": False, "malformed": False}
+
+
 def toy(config: dict, blocks: int = 2, masked: bool = False, bug: str | None = None) -> ToyPipeline:
     """The toy pipeline for a kvtrace config; refuses what it cannot express."""
     torch.set_num_threads(1)  # tiny tensors: threads only cost time

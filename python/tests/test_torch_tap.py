@@ -492,10 +492,8 @@ def toy_class(name):
     return getattr(tapped_toy, name)
 
 
-@needs_torch
-@needs_binary
-class Checked(unittest.TestCase):
-    """The tapped toy against the kvcheck binary."""
+class BinaryCase(unittest.TestCase):
+    """A case that runs the kvcheck binary, failures under target/."""
 
     def setUp(self):
         self.saved = os.environ.get("KVCHECK_BIN")
@@ -507,6 +505,12 @@ class Checked(unittest.TestCase):
             os.environ.pop("KVCHECK_BIN")
         else:
             os.environ["KVCHECK_BIN"] = self.saved
+
+
+@needs_torch
+@needs_binary
+class Checked(BinaryCase):
+    """The tapped toy against the kvcheck binary."""
 
     def env(self):
         return dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
@@ -584,6 +588,37 @@ class Checked(unittest.TestCase):
         self.assertIn("the outputs differ from the recompute's", caught.exception.report)
         with open(caught.exception.trace) as f:
             self.assertLessEqual(len(json.load(f)["ops"]), 4, str(caught.exception))
+
+
+@needs_torch
+@needs_binary
+class LoopChecked(BinaryCase):
+    """The toy as its own loop asks it (`LoopToy`: every other request is
+    answered `kvcheck.Outside`), declaring nothing and declaring its loop
+    (`DeclaredLoopToy`)."""
+
+    def test_the_undeclared_loop_passes_with_its_cases_cut(self):
+        result = kvcheck.check(toy_class("LoopToy"), time=10, seed=11, out=self.out, extra=SLOW_START)
+        self.assertIn("no divergence", result.output)
+        self.assertGreater(result.ops, 0)
+        self.assertGreater(result.outside_share, 0.0, result.output)
+
+    def test_the_declared_loop_draws_inside_its_domain(self):
+        result = kvcheck.check(toy_class("DeclaredLoopToy"), time=10, seed=11, profile="pipeline",
+                               out=self.out, extra=SLOW_START)
+        self.assertIn("no divergence", result.output)
+        self.assertLess(result.outside_share, 0.05, result.output)
+
+    def test_a_planted_bug_is_reported_as_itself_not_as_an_outside_answer(self):
+        for name in ("LoopToy", "DeclaredLoopToy"):
+            with self.assertRaises(kvcheck.Divergence) as caught:
+                kvcheck.check(toy_class(name), time=30, seed=7, args=["--bug", "sink-rolled-out"],
+                              out=self.out, extra=SLOW_START)
+            report = caught.exception.report
+            self.assertNotIn("outside its domain", report, name)
+            self.assertNotIn("domain_violation", report, name)
+            with open(caught.exception.trace) as f:
+                self.assertLessEqual(len(json.load(f)["ops"]), 5, report)
 
 
 if __name__ == "__main__":
