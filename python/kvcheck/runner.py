@@ -167,7 +167,7 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
             # The minimized trace's own report (run prints the first, unminimized one).
             with tempfile.TemporaryDirectory() as scratch:
                 replayed = subprocess.run(
-                    [command[0], "replay", trace, "--subject", spec],
+                    [command[0], "replay", trace, "--subject", spec] + replay_options(command),
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     universal_newlines=True,
@@ -178,6 +178,20 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
         replay = " ".join(shlex.quote(p) for p in ["kvcheck", "replay", trace or "TRACE", "--subject", spec])
         raise Divergence(text or output, trace, replay)
     raise RuntimeError("kvcheck run failed (exit status %d):\n%s" % (done.returncode, output))
+
+
+def replay_options(command):
+    """The options of a `kvcheck run` command line that decide how its
+    subject is asked, for the replay of its trace: a replay under a
+    shorter timeout than the run's would report the subject's slowness
+    instead of the divergence."""
+    options, args = [], list(command)
+    for i, arg in enumerate(args):
+        if arg == "--subject-timeout" and i + 1 < len(args):
+            options += [arg, args[i + 1]]
+        elif arg.startswith("--subject-timeout=") or arg in ("--exact-kinds", "--strict-domain"):
+            options.append(arg)
+    return options
 
 
 def checked(output):

@@ -93,6 +93,14 @@ class Command(unittest.TestCase):
         report = "FAIL x\n      ──── kvcheck: outcome divergence ────\n      config:   dense\n      trace:    elsewhere\n"
         self.assertEqual(runner.report(report), "──── kvcheck: outcome divergence ────\nconfig:   dense")
 
+    def test_the_replay_of_a_trace_asks_the_subject_as_the_run_did(self):
+        command = ["kvcheck", "run", "--subject", "exec:x", "--time", "5", "--strict-domain",
+                   "--subject-timeout", "60", "--min-judged", "3", "--exact-kinds"]
+        self.assertEqual(runner.replay_options(command),
+                         ["--strict-domain", "--subject-timeout", "60", "--exact-kinds"])
+        self.assertEqual(runner.replay_options(["kvcheck", "run", "--subject-timeout=7"]), ["--subject-timeout=7"])
+        self.assertEqual(runner.replay_options(["kvcheck", "run", "--time", "5"]), [])
+
     def test_the_outside_share_and_warnings_are_parsed(self):
         output = (
             "400 ops checked in 1.0 s\n"
