@@ -27,19 +27,12 @@ import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pipeline_kit.traces import random_config  # noqa: E402
+
 
 def config(rng, capacity, sink, growth=False):
-    return {
-        "variant": "dense",
-        "batch": rng.randint(1, 2),
-        "heads": rng.randint(1, 3),
-        "head_dim": rng.randint(1, 4),
-        "dtype": rng.choice(["f32", "f16", "bf16"]),
-        "capacity": capacity,
-        "sink": sink,
-        "growth": growth,
-        "seed": rng.randint(0, 1 << 32),
-    }
+    return random_config(rng, capacity, sink, growth=growth)
 
 
 def video(ops, chunks):
