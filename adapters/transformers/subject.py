@@ -222,6 +222,8 @@ class TransformersCache(kvcheck.Subject):
         torch = rt.torch
         dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
         self.config = config
+        if "sink" in self.masks and config["sink"] > 0:
+            raise kvcheck.Outside("--mask sink: %d sink tokens, which transformers has no counterpart for" % config["sink"])
         self.dtype = dtypes[config["dtype"]]
         self.real = Layer(rt, self.kind, config, config["batch"], config["heads"], config["head_dim"], self.dtype)
         self.twin = None
@@ -259,6 +261,10 @@ class TransformersCache(kvcheck.Subject):
             raise NotCroppable(
                 "cache.is_croppable is false for %s: generate() does not crop it" % self.real.layer.__class__.__name__
             )
+        if "crop-past-held" in self.masks:
+            reason = _crop_past_held(self, tokens)
+            if reason:
+                raise kvcheck.Outside("--mask crop-past-held: %s" % reason)
         self._both(lambda layer: layer.cache.crop(-tokens))
 
     # -- ops ----------------------------------------------------------------
@@ -361,6 +367,8 @@ class TransformersCache(kvcheck.Subject):
     def rewind(self, to):
         if self._masked("rewind", {"to": to}):
             return
+        if "rewind-window" in self.masks and self.real.sliding and self.global_end >= self.config["window"]:
+            raise kvcheck.Outside("--mask rewind-window: a crop keeps window - 1 rows of a sliding layer (T3)")
         # With to > G this is a positive crop, which every layer refuses:
         # passed on as is, so that the library answers.
         self._crop(self.global_end - to)
@@ -401,6 +409,21 @@ def _static_overflow(subject, name, body):
             return "write %d+%d past max_cache_len %d" % (body["start"], body["len"], subject.config["capacity"])
 
 
+def _crop_past_held(subject, tokens):
+    """Why a crop of `tokens` needs rows the sliding layer no longer holds
+    (the next forward reads the `window - 1` positions before the new
+    length), or None."""
+    real = subject.real
+    keys = getattr(real.layer, "keys", None)
+    if not real.sliding or tokens <= 0 or not real.layer.is_initialized or keys is None or keys.dim() != 4:
+        return None
+    length, held = real.seq_length(), keys.shape[2]
+    new = length - tokens
+    if new < 0 or new - min(subject.config["window"] - 1, new) < length - held:
+        return "crop of %d tokens from a sliding layer of length %d that holds its last %d rows" % (tokens, length, held)
+    return None
+
+
 def _over_crop(subject, name, body):
     if name == "rewind" and body["to"] < 0:
         return "rewind to %d below 0 (crop of more tokens than the cache holds)" % body["to"]
@@ -424,6 +447,18 @@ MASKS = {
         _static_overflow,
     ),
     "over-crop": ("rewinds to a negative position", "invalid_argument", _over_crop),
+    # Held back as outside, at the crop or at open, not by _masked.
+    "crop-past-held": (
+        "crops (rewinds, rewrites) of a sliding layer that need rows it no longer holds (finding 3): answered as outside",
+        None,
+        lambda *_: None,
+    ),
+    "rewind-window": (
+        "rewinds of a sliding layer that has reached its window (the crop keeps window - 1 rows, T3): answered as outside",
+        None,
+        lambda *_: None,
+    ),
+    "sink": ("configs with sink tokens (transformers has none): answered as outside at open", None, lambda *_: None),
 }
 
 
