@@ -405,3 +405,28 @@ fn after_the_subject_departs_from_the_contract_an_outside_answer_cuts() {
     let (kind, _) = transcript.failure.expect("a domain violation");
     assert_eq!(kind, DivergenceKind::Domain);
 }
+
+#[test]
+fn a_subject_that_answers_outside_at_open_is_cut_by_every_judge() {
+    // A loop that opens only some geometries (a block length that must be
+    // the sink) answers outside to the others before any op: each judge
+    // cuts the case there, with nothing to judge and nothing to recurse on.
+    let capabilities = Capabilities {
+        variants: vec![kvcheck::Variant::Dense],
+        features: Vec::new(),
+        ops: vec![OpKind::Write, OpKind::Reset],
+        domain: Some(loop_domain()),
+        ..Capabilities::full()
+    };
+    let subject = SubjectSpec::Factory(Factory::new("opens-nothing", capabilities, |_, _| {
+        Err(outside("this geometry is never opened"))
+    }));
+    for oracle in [Oracle::model(), Oracle::relations(None)] {
+        let mut work = Work::default();
+        let found = oracle
+            .check_counted(&config(), &[w(0, 2), w(2, 2)], &subject, &mut work)
+            .unwrap();
+        assert!(found.is_none(), "{oracle:?}");
+        assert!(work.cut.is_some(), "{oracle:?}");
+    }
+}

@@ -156,6 +156,11 @@ pub fn find(
         // Judged up to the cut: the relations see the prefix inside.
         let step = run.seen.len();
         work.cut = Some(Cut::at(config, ops, step, reason.clone(), true));
+        if step >= ops.len() {
+            // Cut before any op it could drop (the subject's open answered
+            // outside): nothing is left to judge.
+            return Ok(None);
+        }
         let found = find(config, &ops[..step], subject, relations, limit, work)?;
         return Ok(found);
     }
