@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """LongLive 2.0's streaming KV cache as a kvcheck-subject/1 process.
 
-    python adapters/longlive/subject.py [--layers 2] [--relative-rope]
+    python adapters/longlive/subject.py [--layers 2] [--relative-rope] [--mask chunk-fit]
 
 The cache of a LongLive checkout (adapters/longlive/setup.sh,
 LONGLIVE_SRC), driven through its own `CausalWanModel` (randomly
@@ -99,16 +99,46 @@ class LongLiveCache(TinyWanCache):
     domain = serving.loop_domain(evict="scene_cut", pin="scene_cut")
     reset_names = {"use_cfg": False}
 
-    def __init__(self, layers=2, relative_rope=False):
+    def __init__(self, layers=2, relative_rope=False, masks=()):
         super().__init__(layers)
         self.relative_rope = relative_rope
-        self.name = "LongLive %s CausalWanModel kv_cache%s" % (
-            serving.commit(loader.CHECKOUT), " (relative RoPE)" if relative_rope else "")
+        self.masks = frozenset(masks)
+        self.pinned = ()  # the contract's pin (positions), for --mask chunk-fit
+        self.name = "LongLive %s CausalWanModel kv_cache%s%s" % (
+            serving.commit(loader.CHECKOUT), " (relative RoPE)" if relative_rope else "",
+            "".join(" --mask " + m for m in sorted(self.masks)))
 
     @classmethod
     def from_args(cls, argv):
         args = parse(argv)
-        return cls(args.layers, args.relative_rope)
+        return cls(args.layers, args.relative_rope, args.mask or ())
+
+    def open(self, config):
+        self.pinned = ()
+        super().open(config)
+
+    def reset(self):
+        super().reset()
+        self.pinned = ()
+
+    def appends(self, length):
+        """With `--mask chunk-fit`, an append that does not fit in the
+        capacity beside the positions the contract protects (the sink; with
+        a pin, the global sink and the pin) is refused with the contract's
+        `chunk_too_large` before LongLive runs it: L1 of docs/longlive.md
+        (LongLive takes it and overwrites sink slots), held back so that the
+        engines look past it."""
+        if "chunk-fit" in self.masks:
+            c, g = self.config, self.global_end
+            if self.pinned:
+                protected = set(range(min(c.get("global_sink") or 0, g))) | set(self.pinned)
+            else:
+                protected = set(range(min(c["sink"], g)))
+            if length > c["capacity"] - len(protected):
+                raise kvcheck.Refused(
+                    "chunk_too_large", "--mask chunk-fit: a chunk of %d beside %d protected frames does not fit in %d (L1)"
+                    % (length, len(protected), c["capacity"]))
+        return True
 
     # -- the tiny model and the stand-in pipeline ----------------------------
 
@@ -172,6 +202,8 @@ class LongLiveCache(TinyWanCache):
                 % (tokens, "none" if chunk is None else "%d frames" % chunk["len"])
             )
         self.pipe._pin_current_chunk(self.pipe.kv_cache_pos, tokens)
+        # The contract's pin: the first min(S, n) of the last n positions written.
+        self.pinned = tuple(range(chunk["start"], chunk["start"] + min(self.config["sink"], tokens)))
 
     def evict(self, tokens):
         chunk, cache = self.current, self.pipe.kv_cache_pos
@@ -195,7 +227,18 @@ def parse(argv):
     serving.add_layers(parser, 2, "transformer blocks of the tiny model (default 2)")
     parser.add_argument("--relative-rope", action="store_true",
                         help="use_relative_rope: raw K cached, RoPE applied at attention time (default off, as the release)")
+    parser.add_argument("--mask", action="append", choices=sorted(MASKS),
+                        help="refuse, as the contract does, what a difference by design of docs/longlive.md"
+                        " lets LongLive take, so that the engines look past it (repeatable): "
+                        + "; ".join("%s: %s" % kv for kv in sorted(MASKS.items())))
     return serving.parse(parser, argv)
+
+
+# --mask NAME -> what it holds back.
+MASKS = {
+    "chunk-fit": "appends that do not fit in the capacity beside the sink (with a pin: the global sink and the pin),"
+                 " refused with chunk_too_large before LongLive runs them (L1: LongLive overwrites sink slots)",
+}
 
 
 
