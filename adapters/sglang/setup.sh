@@ -32,8 +32,9 @@
 #   SGLANG_SRC       an sglang checkout to take the sources from instead (optional)
 #   VENV             the venv to build or reuse (default adapters/sglang/.venv;
 #                    the subject runs with that venv's python)
-#   TORCH_INDEX      where CPU torch comes from (default: the PyTorch CPU
-#                    wheel index; set to "pypi" to use PyPI's torch)
+#   TORCH_INDEX      an index serving CPU torch wheels, used beside the
+#                    default registry when it answers (default: none, the
+#                    registry's torch, which brings CUDA libraries unused here)
 #   PYTHON           interpreter for the venv (default python3)
 set -euo pipefail
 
@@ -60,21 +61,21 @@ elif [ -n "$patch_file" ]; then
     want="$version+patched
 source: release $version$patch_tag"
 fi
-torch_index="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+torch_index="${TORCH_INDEX:-}"
 
 kit_venv "$venv"
 
 if ! "$vpy" -c 'import torch, numpy' 2>/dev/null; then
     echo "setup: installing CPU torch and numpy"
-    # The CPU wheel index keeps the venv small (no CUDA libraries); where it
-    # cannot be reached, PyPI's torch (which brings CUDA libraries it never
-    # uses here) works the same on CPU.
-    if [ "$torch_index" != "pypi" ] && ! "$vpy" -c 'import sys, urllib.request
+    # A CPU wheel index keeps the venv small (no CUDA libraries); where none
+    # is given or it cannot be reached, the registry's torch works the same
+    # on the CPU.
+    if [ -n "$torch_index" ] && ! "$vpy" -c 'import sys, urllib.request
 urllib.request.urlopen(sys.argv[1], timeout=15)' "$torch_index/torch/" 2>/dev/null; then
-        echo "setup: $torch_index unreachable, using PyPI torch"
-        torch_index=pypi
+        echo "setup: $torch_index unreachable, using the registry's torch"
+        torch_index=
     fi
-    if [ "$torch_index" = "pypi" ]; then
+    if [ -z "$torch_index" ]; then
         "$vpy" -m pip install --quiet torch numpy
     else
         # An extra index: pip's default registry stays the first, and the
