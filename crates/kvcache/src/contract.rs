@@ -59,13 +59,25 @@ impl WritePlan {
 
 impl Residency {
     /// The state of a new, empty cache. Refuses a configuration that breaks
-    /// docs/contract.md §1 or is not of the dense variant, naming the field.
+    /// docs/contract.md §1, is not of the dense variant, or trims after the
+    /// read (§3, trim modes: these caches implement the default mode only,
+    /// and would otherwise run it silently), naming the field.
     pub fn new(config: &Config, cache: &str) -> Result<Residency> {
         config.validate()?;
         if config.variant != kvmodel::Variant::Dense {
             return Err(CacheError::InvalidConfig {
                 field: "variant",
                 reason: format!("must be \"dense\" for {cache}"),
+            }
+            .into());
+        }
+        if config.trim != kvmodel::Trim::BeforeRead {
+            return Err(CacheError::InvalidConfig {
+                field: "trim",
+                reason: format!(
+                    "\"{}\" is not implemented by {cache}, which trims before the read",
+                    config.trim.name()
+                ),
             }
             .into());
         }

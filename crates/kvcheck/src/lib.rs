@@ -58,6 +58,6 @@ pub use engine::explore::Explorer;
 pub use subject::{Capabilities, SubjectSpec};
 
 pub use kvmodel::{
-    CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Variant,
-    Write,
+    CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Trim,
+    Variant, Write,
 };

@@ -81,6 +81,44 @@ impl Quant {
     }
 }
 
+/// When a write trims the cache to its capacity, relative to the read of
+/// its view (docs/contract.md §3 write, "Trim modes").
+///
+/// `BeforeRead` is the contract's original rule: room for the chunk is made
+/// first, and the view is read from the trimmed state, so a chunk of `n`
+/// sees `W − n` older positions. `AfterRead` is the StreamingLLM / Hugging
+/// Face `SinkCache` rule: attention reads the state before the write plus
+/// the whole chunk, and the cache is trimmed to `C` only afterwards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trim {
+    /// Evict, then read (the default; every trace without `trim`).
+    #[default]
+    BeforeRead,
+    /// Read the old view and the whole chunk, then evict down to `C`,
+    /// the chunk's own oldest positions included.
+    AfterRead,
+}
+
+impl Trim {
+    /// Both modes, the default first.
+    pub const ALL: [Trim; 2] = [Trim::BeforeRead, Trim::AfterRead];
+
+    /// The name used in trace files (`"before_read"`, `"after_read"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Trim::BeforeRead => "before_read",
+            Trim::AfterRead => "after_read",
+        }
+    }
+
+    /// Whether this is the default mode, which kvtrace/1 leaves unwritten
+    /// so that traces without the field stay byte for byte as they were.
+    pub fn is_default(&self) -> bool {
+        *self == Trim::BeforeRead
+    }
+}
+
 /// The packed variant's policy (docs/contract.md §6). Defaults follow docs/kvtrace.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PackedPolicy {
@@ -130,6 +168,10 @@ pub struct Config {
     pub growth: bool,
     /// Tokens that stay sink while a chunk is pinned (docs/contract.md §5).
     pub global_sink: usize,
+    /// Whether a write trims before or after its view is read
+    /// (docs/contract.md §3); serialized only when not the default.
+    #[serde(skip_serializing_if = "Trim::is_default")]
+    pub trim: Trim,
     /// Packed policy; `None` on a packed config means the defaults.
     pub packed: Option<PackedPolicy>,
     /// Seed of the deterministic K/V payload the harness writes.
@@ -151,6 +193,7 @@ impl Config {
             window: None,
             growth: false,
             global_sink: 0,
+            trim: Trim::BeforeRead,
             packed: None,
             seed: 0,
         }
@@ -249,6 +292,26 @@ impl Config {
                         "is not supported by the packed variant".to_string(),
                     );
                 }
+            }
+        }
+        // Trimming after the read is defined for the dense rolling cache
+        // only: the packed variant's chunk rules (§6: the current chunk,
+        // hot and cold chunks) are stated for a chunk that fits beside the
+        // protected positions, and growth never trims at all, so neither
+        // combination would have a rule to follow.
+        if self.trim == Trim::AfterRead {
+            if self.variant == Variant::Packed {
+                return bad(
+                    "trim",
+                    "\"after_read\" is only allowed with variant \"dense\"".to_string(),
+                );
+            }
+            if self.growth {
+                return bad(
+                    "trim",
+                    "\"after_read\" cannot be combined with growth (a growing cache never trims)"
+                        .to_string(),
+                );
             }
         }
         let elements = self

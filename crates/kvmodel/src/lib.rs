@@ -31,7 +31,7 @@ pub mod op;
 pub mod outcome;
 pub mod quant;
 
-pub use config::{Config, Dtype, PackedPolicy, Quant, Variant, MAX_ELEMENTS};
+pub use config::{Config, Dtype, PackedPolicy, Quant, Trim, Variant, MAX_ELEMENTS};
 pub use error::{format_ranges, CacheError};
 pub use model::{Chunk, Model};
 pub use op::{non_negative, CheckedWrite, Op, Write};

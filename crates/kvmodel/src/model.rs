@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use crate::config::{Config, Quant, Variant};
+use crate::config::{Config, Quant, Trim, Variant};
 use crate::error::{format_ranges, CacheError};
 use crate::op::{non_negative, Op, Write};
 use crate::outcome::Effect;
@@ -219,8 +219,11 @@ impl Model {
         // 1–3. Arguments: negative numbers, negative window, head range.
         let checked = w.check_arguments(self.config.heads)?;
         let (s, n, end) = (checked.start, checked.len, checked.end());
-        let (recent_window, head_range, heads) =
-            (checked.recent_window, checked.heads, self.config.heads);
+        let (recent_window, head_range, heads) = (
+            checked.recent_window,
+            checked.heads.clone(),
+            self.config.heads,
+        );
         // 4. Packed: only an append or a rewrite of exactly the current chunk (§6).
         if self.packed() {
             let append = s == self.global_end && n >= 1;
@@ -258,6 +261,10 @@ impl Model {
                 position,
                 resident: format_ranges(self.resident()),
             });
+        }
+        // Trim after the read: its own order of steps 7–9 (§3, trim modes).
+        if self.config.trim == Trim::AfterRead {
+            return self.write_after_read(index, &checked);
         }
         // 7. Make room: grow, or evict the oldest evictable positions outside the write.
         let mut next = self.clone();
@@ -472,5 +479,6 @@ impl Model {
     }
 }
 
+mod after_read;
 #[cfg(test)]
 mod tests;

@@ -538,3 +538,6 @@ fn packed_rewrite_of_a_partly_evicted_chunk_is_unsupported() {
     // The same trace on the dense variant reaches step 6.
     assert_eq!(last_err(&dense(5, 0), &ops), ErrorKind::Evicted);
 }
+
+#[path = "rules/trim.rs"]
+mod trim;

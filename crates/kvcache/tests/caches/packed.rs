@@ -405,6 +405,7 @@ fn config_strategy() -> impl Strategy<Value = Config> {
                     window,
                     growth: false,
                     global_sink: 0,
+                    trim: kvmodel::Trim::BeforeRead,
                     packed: Some(PackedPolicy {
                         keep_recent_chunks: keep,
                         quant,
@@ -448,6 +449,37 @@ fn dense_configs_are_refused() {
         PackedCache::new(&config, &Device::Cpu).unwrap_err().kind(),
         Some(kvmodel::ErrorKind::InvalidConfig)
     );
+}
+
+/// The shipped caches implement the default trim mode only: an
+/// `after_read` config is refused naming `trim`, never run by the other
+/// rule (docs/contract.md §3, trim modes).
+#[test]
+fn after_read_configs_are_refused_by_every_shipped_cache() {
+    let dense = Config {
+        sink: 1,
+        trim: kvmodel::Trim::AfterRead,
+        ..Config::dense(4)
+    };
+    let packed = Config {
+        trim: kvmodel::Trim::AfterRead,
+        ..Config::packed(4)
+    };
+    let errors = [
+        kvcache::DenseCache::new(&dense, &Device::Cpu)
+            .map(|_| ())
+            .unwrap_err(),
+        kvcache::RingCache::new(&dense, &Device::Cpu)
+            .map(|_| ())
+            .unwrap_err(),
+        PackedCache::new(&packed, &Device::Cpu)
+            .map(|_| ())
+            .unwrap_err(),
+    ];
+    for err in errors {
+        assert_eq!(err.kind(), Some(kvmodel::ErrorKind::InvalidConfig));
+        assert!(err.to_string().contains("trim"), "{err}");
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use kvmodel::{CacheError, Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant};
+use kvmodel::{CacheError, Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Trim, Variant};
 use serde::{Deserialize, Serialize};
 
 use crate::check::relation::Relation;
@@ -209,6 +209,8 @@ struct RawConfig {
     #[serde(default)]
     global_sink: i64,
     #[serde(default)]
+    trim: Trim,
+    #[serde(default)]
     packed: Option<RawPacked>,
     #[serde(default)]
     seed: u64,
@@ -269,6 +271,7 @@ impl RawConfig {
             window: self.window.map(|w| field("window", w, 0)).transpose()?,
             growth: self.growth,
             global_sink: field("global_sink", self.global_sink, 0)?,
+            trim: self.trim,
             packed,
             seed: self.seed,
         };

@@ -5,10 +5,11 @@
 //! anything: strategies and the explorer alphabet leave out what the
 //! subject lacks, the fuzz decoder and the minimizer reject it, and a
 //! replayed trace that needs more is reported as [`Unsupported`] (a skip
-//! with its reason, never a divergence). The shipped caches, the reference
-//! cache and its faults have [`Capabilities::full`].
+//! with its reason, never a divergence). The shipped caches and the
+//! reference cache's faults have [`Capabilities::full`]; the reference
+//! cache itself adds trimming after the read ([`Trim::AfterRead`]).
 
-use kvmodel::{Config, Dtype, Op, Quant, Variant};
+use kvmodel::{Config, Dtype, Op, Quant, Trim, Variant};
 use serde::{Deserialize, Serialize};
 
 use crate::subject::domain::Domain;
@@ -141,10 +142,20 @@ pub struct Capabilities {
     /// inside is a domain violation. `None`: it declares nothing and is
     /// asked everything, and an *outside* answer cuts the case.
     pub domain: Option<Domain>,
+    /// The trim modes (docs/contract.md §3, trim modes) it opens: engines
+    /// draw configs of these modes only. [`Capabilities::full`] has
+    /// `before_read` alone, so a subject that says nothing is never given
+    /// an `after_read` config; a cache that trims after the read
+    /// (StreamingLLM, Hugging Face `SinkCache`) declares `after_read`,
+    /// alone or beside `before_read`.
+    pub trims: Vec<Trim>,
 }
 
 impl Capabilities {
-    /// Everything: the shipped caches, the reference cache and its faults.
+    /// Everything of the contract's default trim mode: the shipped caches
+    /// and the reference cache's faults. Trimming after the read is an
+    /// alternative contract, not a feature on top of this one, so it is
+    /// declared explicitly ([`Capabilities::trims`]).
     pub fn full() -> Capabilities {
         Capabilities {
             variants: vec![Variant::Dense, Variant::Packed],
@@ -156,7 +167,22 @@ impl Capabilities {
             internals: true,
             reports: Reports::default(),
             domain: None,
+            trims: vec![Trim::BeforeRead],
         }
+    }
+
+    /// [`Capabilities::full`] opening both trim modes: the reference cache
+    /// (`reference`), which implements either.
+    pub fn full_with_after_read() -> Capabilities {
+        Capabilities {
+            trims: Trim::ALL.to_vec(),
+            ..Capabilities::full()
+        }
+    }
+
+    /// Whether the subject opens configs of `trim`.
+    pub fn opens_trim(&self, trim: Trim) -> bool {
+        self.trims.contains(&trim)
     }
 
     /// What is compared besides the outcome, the global end and the view:
@@ -195,6 +221,7 @@ impl Capabilities {
                 (Some(a), Some(b)) => Some(a.intersect(b)),
                 (a, b) => a.clone().or_else(|| b.clone()),
             },
+            trims: both(&self.trims, &other.trims),
         }
     }
 
@@ -224,6 +251,9 @@ impl Capabilities {
         }
         if !self.dtypes.contains(&config.dtype) {
             return unsupported(format!("dtype {}", config.dtype.name()));
+        }
+        if !self.opens_trim(config.trim) {
+            return unsupported(format!("config with trim {}", config.trim.name()));
         }
         let needs = [
             (config.growth, Feature::Growth, "growth: true"),
@@ -323,6 +353,7 @@ mod tests {
             internals: false,
             reports: Reports::default(),
             domain: None,
+            trims: vec![Trim::BeforeRead],
         }
     }
 
@@ -394,6 +425,33 @@ mod tests {
             .what
             .contains("recent window"));
         assert!(caps.supports_op(&Op::Write(Write::new(0, 1))).is_ok());
+        let after_read = Config {
+            trim: Trim::AfterRead,
+            ..Config::dense(4)
+        };
+        assert_eq!(
+            caps.supports_config(&after_read).unwrap_err().what,
+            "config with trim after_read"
+        );
+        assert_eq!(
+            Capabilities::full()
+                .supports_config(&after_read)
+                .unwrap_err()
+                .what,
+            "config with trim after_read"
+        );
+        let both = Capabilities::full_with_after_read();
+        assert!(both.supports_config(&after_read).is_ok());
+        assert!(both.supports_config(&Config::dense(4)).is_ok());
+        let only_after = Capabilities {
+            trims: vec![Trim::AfterRead],
+            ..Capabilities::full()
+        };
+        assert!(only_after.supports_config(&Config::dense(4)).is_err());
+        assert_eq!(
+            both.shared_with(&Capabilities::full()).trims,
+            vec![Trim::BeforeRead]
+        );
         assert!(!caps.allows_event("error:evict_too_many"));
         assert!(caps.allows_event("append"));
     }

@@ -15,14 +15,21 @@ pub enum Fault {
     /// Once anything has been evicted, position 0 drops out of the view: a
     /// visible-positions divergence.
     ForgetSinkAfterEviction,
+    /// Declares and opens `trim = "after_read"` (docs/contract.md §3) but
+    /// trims before the read, as the default mode does: a chunk at a full
+    /// cache sees `W − n` older positions instead of the whole old view,
+    /// and a chunk longer than the room is refused. Correct under
+    /// `before_read`.
+    TrimBeforeRead,
 }
 
 impl Fault {
     /// Every fault, for tests that sweep them.
-    pub const ALL: [Fault; 3] = [
+    pub const ALL: [Fault; 4] = [
         Fault::StaleRewrite,
         Fault::RefuseOverlap,
         Fault::ForgetSinkAfterEviction,
+        Fault::TrimBeforeRead,
     ];
 
     /// Name used on the command line.
@@ -31,6 +38,7 @@ impl Fault {
             Fault::StaleRewrite => "stale-rewrite",
             Fault::RefuseOverlap => "refuse-overlap",
             Fault::ForgetSinkAfterEviction => "forget-sink-after-eviction",
+            Fault::TrimBeforeRead => "trim-before-read",
         }
     }
 

@@ -337,6 +337,11 @@ impl SubjectSpec {
                 capabilities.variants.retain(|v| *v == fault.variant());
                 Ok(capabilities)
             }
+            // The naive cache implements both trim modes; the fault that
+            // trims before the read claims both as well (that is its bug).
+            SubjectSpec::Reference | SubjectSpec::Fault(Fault::TrimBeforeRead) => {
+                Ok(Capabilities::full_with_after_read())
+            }
             _ => Ok(Capabilities::full()),
         }
     }

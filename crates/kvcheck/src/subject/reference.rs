@@ -1,12 +1,14 @@
 //! [`ReferenceCache`]: a deliberately naive [`KvCache`] that keeps every
-//! row in a map and asks the model what is resident.
+//! row in a map and asks the model what is resident. It implements both
+//! trim modes (docs/contract.md §3): under `after_read` the view is read
+//! before the rows the trim drops are forgotten.
 
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor};
 use kvcache::{KvCache, Layout, Slot, View};
 use kvmodel::quant::cold_round_trip;
-use kvmodel::{CacheError, Config, Model, Quant, Variant, Write};
+use kvmodel::{CacheError, Config, Model, Quant, Trim, Variant, Write};
 
 use super::Fault;
 use crate::check::payload::{tensor_values, to_dtype_tensor, Kv};
@@ -15,6 +17,9 @@ use crate::check::payload::{tensor_values, to_dtype_tensor, Kv};
 /// row's values. See the module docs.
 #[derive(Clone, Debug)]
 pub struct ReferenceCache {
+    /// The configuration it was opened with (the model's, except under
+    /// [`Fault::TrimBeforeRead`], whose model trims before the read).
+    config: Config,
     model: Model,
     device: Device,
     rows: HashMap<(Kv, u64, usize, usize), Vec<f32>>,
@@ -27,6 +32,7 @@ impl ReferenceCache {
     /// A correct naive cache.
     pub fn new(config: &Config, device: &Device) -> Result<ReferenceCache, CacheError> {
         Ok(ReferenceCache {
+            config: config.clone(),
             model: Model::new(config)?,
             device: device.clone(),
             rows: HashMap::new(),
@@ -44,6 +50,13 @@ impl ReferenceCache {
     ) -> Result<ReferenceCache, CacheError> {
         let mut cache = Self::new(config, device)?;
         cache.fault = Some(fault);
+        if fault == Fault::TrimBeforeRead {
+            // Accepts an after_read config but runs the default rule.
+            cache.model = Model::new(&Config {
+                trim: Trim::BeforeRead,
+                ..config.clone()
+            })?;
+        }
         Ok(cache)
     }
 
@@ -52,6 +65,17 @@ impl ReferenceCache {
         positions: Vec<u64>,
         heads: std::ops::Range<usize>,
     ) -> kvcache::Result<View<'_>> {
+        let (positions, k, v) = self.view_rows(positions, heads)?;
+        Ok(View::new(self.model.global_end(), positions, k, v, false))
+    }
+
+    /// The view's positions and its K and V tensors, read from the rows
+    /// held now (zeros for a head never written).
+    fn view_rows(
+        &self,
+        positions: Vec<u64>,
+        heads: std::ops::Range<usize>,
+    ) -> kvcache::Result<(Vec<u64>, Tensor, Tensor)> {
         let config = self.model.config();
         let quant = match config.variant {
             Variant::Packed => config.packed_policy().quant,
@@ -84,7 +108,7 @@ impl ReferenceCache {
         }
         let v = tensors.pop().expect("two tensors");
         let k = tensors.pop().expect("two tensors");
-        Ok(View::new(self.model.global_end(), positions, k, v, false))
+        Ok((positions, k, v))
     }
 
     fn forget_dropped(&mut self) {
@@ -96,7 +120,7 @@ impl ReferenceCache {
 
 impl KvCache for ReferenceCache {
     fn config(&self) -> &Config {
-        self.model.config()
+        &self.config
     }
 
     fn global_end(&self) -> u64 {
@@ -163,13 +187,16 @@ impl KvCache for ReferenceCache {
         if self.model.resident_len() < resident_before + added {
             self.evicted_once = true;
         }
-        self.forget_dropped();
         let reported = if request.heads.is_some() {
             heads
         } else {
             0..config.heads
         };
-        self.build_view(effect.visible.unwrap_or_default(), reported)
+        // Read before forgetting: under after_read the view holds rows
+        // that the trim has already dropped from the model.
+        let (positions, k, v) = self.view_rows(effect.visible.unwrap_or_default(), reported)?;
+        self.forget_dropped();
+        Ok(View::new(self.model.global_end(), positions, k, v, false))
     }
 
     fn view(&self) -> kvcache::Result<View<'_>> {

@@ -147,6 +147,43 @@ fn every_config_rule_is_invalid_config_naming_the_field() {
     assert!(err(packed).contains("config.invalid_config: growth"));
     let packed = r#"{"format": "kvtrace/1", "config": {"variant": "packed", "capacity": 4, "packed": {"keep_recent_chunks": -1}}, "ops": []}"#;
     assert!(err(packed).contains("packed.keep_recent_chunks"));
+    // Trimming after the read: dense without growth only, reported on trim.
+    for (variant, growth) in [("packed", false), ("dense", true)] {
+        let text = format!(
+            r#"{{"format": "kvtrace/1", "config": {{"variant": "{variant}", "capacity": 4, "growth": {growth}, "trim": "after_read"}}, "ops": []}}"#
+        );
+        assert!(
+            err(&text).contains("config.invalid_config: trim "),
+            "{}",
+            err(&text)
+        );
+    }
+    let unknown = r#"{"format": "kvtrace/1", "config": {"variant": "dense", "capacity": 4, "trim": "never"}, "ops": []}"#;
+    assert!(
+        err(unknown).contains("unknown variant `never`"),
+        "{}",
+        err(unknown)
+    );
+}
+
+/// `trim` is written only when it is not the default, so every trace of
+/// the default mode is written byte for byte as before the field existed;
+/// `after_read` is kept through a round trip, and an explicit
+/// `"before_read"` loads as the default and is written without the field.
+#[test]
+fn trim_is_written_only_when_not_the_default() {
+    let default = Trace::from_json(OK).unwrap();
+    assert_eq!(default.config.trim, kvcheck::Trim::BeforeRead);
+    assert!(!default.to_json().contains("trim"), "{}", default.to_json());
+    let explicit = OK.replace(r#""sink": 1"#, r#""sink": 1, "trim": "before_read""#);
+    let explicit = Trace::from_json(&explicit).unwrap();
+    assert_eq!(explicit.to_json(), default.to_json());
+    let after = OK.replace(r#""sink": 1"#, r#""sink": 1, "trim": "after_read""#);
+    let after = Trace::from_json(&after).unwrap();
+    assert_eq!(after.config.trim, kvcheck::Trim::AfterRead);
+    let json = after.to_json();
+    assert!(json.contains(r#""trim": "after_read""#), "{json}");
+    assert_eq!(Trace::from_json(&json).unwrap(), after);
 }
 
 #[test]

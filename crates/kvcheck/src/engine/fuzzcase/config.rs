@@ -61,6 +61,9 @@ impl FuzzConfig {
             window,
             growth: variant == Variant::Dense && self.growth,
             global_sink: self.global_sink as usize % (sink + 1),
+            // The byte layout predates trim modes and the seed corpora
+            // depend on it: fuzz cases trim before the read.
+            trim: Trim::BeforeRead,
             packed,
             seed: self.seed as u64,
         }

@@ -20,7 +20,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use candle_core::Device;
-use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Variant, Write};
+use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Trim, Variant, Write};
 
 use crate::check::lockstep::{Lockstep, ValueCheck};
 use crate::check::trace::Trace;

@@ -38,9 +38,10 @@ pub const PROTOCOL: &str = "kvcheck-subject/1";
 /// The revision of [`PROTOCOL`] this harness speaks, sent in its `hello`.
 /// Revision 2 adds `reports` (capacity and resident bytes in responses) and
 /// `adapter` exceptions, revision 3 the `outside` answer and the `domain`
-/// capability; a subject written for an older revision ignores the field
+/// capability, revision 4 the `trims` capability (the trim modes a subject
+/// opens); a subject written for an older revision ignores the field
 /// and keeps working.
-pub const REVISION: u64 = 3;
+pub const REVISION: u64 = 4;
 
 /// Response timeout when neither `--subject-timeout` nor
 /// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.

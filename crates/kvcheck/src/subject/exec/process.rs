@@ -221,6 +221,7 @@ impl Process {
             view: false,
             reports: Vec::new(),
             domain: None,
+            trims: None,
         });
         Ok(Hello {
             name: raw.name.unwrap_or_default(),

@@ -4,7 +4,7 @@ use crate::subject::capabilities::{Capabilities, Feature, OpKind, Reports};
 use crate::subject::domain::Domain;
 use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
-use kvmodel::{Dtype, Variant};
+use kvmodel::{Dtype, Trim, Variant};
 use serde::Deserialize;
 
 /// The `hello` answer: the subject's name and capabilities.
@@ -52,6 +52,11 @@ pub(super) struct RawCapabilities {
     pub(super) reports: Vec<Report>,
     #[serde(default)]
     pub(super) domain: Option<Domain>,
+    /// Revision 4: the trim modes it opens; absent means `before_read`
+    /// alone, so a subject written before the field is never given a
+    /// config that trims after the read.
+    #[serde(default)]
+    pub(super) trims: Option<Vec<Trim>>,
 }
 
 impl RawCapabilities {
@@ -83,6 +88,7 @@ impl RawCapabilities {
             internals: false,
             reports,
             domain: self.domain,
+            trims: self.trims.unwrap_or(full.trims),
         }
     }
 }
