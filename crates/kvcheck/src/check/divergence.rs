@@ -14,6 +14,7 @@ use kvmodel::{format_ranges, Config, Op, Outcome, Quant, Variant};
 
 use crate::check::payload::{row, Kv, RowId};
 use crate::check::relation::Relation;
+use crate::check::reproduce::ReplayProgram;
 use crate::check::trace::{OracleKind, OracleTag, Trace, TraceError, EXTENSION};
 use crate::subject::SubjectFailure;
 
@@ -284,18 +285,16 @@ impl Divergence {
         Ok(())
     }
 
-    /// The command that reproduces this divergence, once saved.
+    /// The command that reproduces this divergence, once saved, spelled
+    /// for where this process runs ([`ReplayProgram::current`]).
     pub fn replay_command(&self) -> Option<String> {
         let subject = match self.subject.as_str() {
-            "dense" | "packed" => String::new(),
-            other => format!(" --subject {}", shell_words::quote(other)),
+            "dense" | "packed" => None,
+            other => Some(other),
         };
-        self.saved.as_ref().map(|p| {
-            format!(
-                "cargo run --release -p kvcheck -- replay {}{subject}",
-                p.display()
-            )
-        })
+        self.saved
+            .as_ref()
+            .map(|p| ReplayProgram::current().command(p, subject))
     }
 }
 

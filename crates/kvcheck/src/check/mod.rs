@@ -13,6 +13,7 @@ pub mod lockstep;
 pub mod payload;
 pub mod record;
 pub mod relation;
+pub mod reproduce;
 pub(crate) mod segments;
 pub mod trace;
 pub(crate) mod viewcheck;

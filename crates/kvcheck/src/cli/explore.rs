@@ -62,7 +62,8 @@ pub struct Args {
     /// Do not fail when a "sometimes" event was never reached.
     #[arg(long)]
     no_sometimes: bool,
-    /// Directory for the trace of a divergence [default: target/kvcheck-failures].
+    /// Directory for the trace of a divergence [default: target/kvcheck-failures
+    /// in a checkout of kvcheck, else kvcheck-failures].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Worker threads [default: $KVCHECK_JOBS, else every available core]:
@@ -248,7 +249,11 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     if let Some((index, mut divergence)) = found {
         // The bar counts every node expanded, hidden or not, on every
         // worker: the effort the search spent before its discovery.
-        discovery(&mut divergence, (bar.position(), elapsed), &args.out);
+        discovery(
+            &mut divergence,
+            (bar.position(), elapsed),
+            &failures_dir(args.out.clone(), settings),
+        );
         summary.discovery = Some(DiscoveryReport {
             index,
             summary: divergence.summary(),
@@ -258,7 +263,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         write_json(&summary, &args.json)?;
         return Err(CliError::Diverged);
     }
-    let dir = failures_dir(args.out.clone());
+    let dir = failures_dir(args.out.clone(), settings);
     summary.findings =
         super::triage::settle(&args.triage, &triage, &subject, &oracle, &dir, settings);
     write_json(&summary, &args.json)?;
@@ -309,10 +314,9 @@ fn progress_bar(configs: usize) -> ProgressBar {
 fn discovery(
     divergence: &mut Divergence,
     (nodes, elapsed): (u64, Duration),
-    out: &Option<PathBuf>,
+    dir: &std::path::Path,
 ) {
-    let dir = failures_dir(out.clone());
-    if let Err(e) = divergence.save_in(&dir) {
+    if let Err(e) = divergence.save_in(dir) {
         eprintln!(
             "warning: could not save the trace under {}: {e}",
             dir.display()

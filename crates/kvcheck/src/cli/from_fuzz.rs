@@ -28,7 +28,8 @@ pub struct Args {
     #[arg(short, long, conflicts_with = "keep_going")]
     output: Option<PathBuf>,
     /// With --keep-going: directory for the traces of the findings
-    /// [default: target/kvcheck-failures].
+    /// [default: target/kvcheck-failures in a checkout of kvcheck, else
+    /// kvcheck-failures].
     #[arg(long, requires = "keep_going")]
     out: Option<PathBuf>,
     #[command(flatten)]
@@ -153,7 +154,7 @@ fn triage(args: &Args, settings: &Settings) -> Result<(), CliError> {
         files.len(),
         triage.total()
     );
-    let dir = failures_dir(args.out.clone());
+    let dir = failures_dir(args.out.clone(), settings);
     // The inputs were checked against the model (`run_subject`).
     let model = Oracle::model();
     let findings = super::triage::settle(&args.triage, &triage, &subject, &model, &dir, settings);

@@ -1,5 +1,6 @@
 //! Subcommands of the `kvcheck` binary; each lives in its own file.
 
+mod checkout;
 mod error;
 mod expect;
 mod explain;
@@ -28,9 +29,6 @@ pub use error::{CliError, UnknownVariant};
 pub const EXIT_MISMATCH: u8 = 1;
 /// Exit status for unreadable input or bad arguments.
 pub const EXIT_INPUT: u8 = 2;
-
-/// Default directory for the traces of divergences.
-pub const DEFAULT_FAILURES_DIR: &str = "target/kvcheck-failures";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -81,7 +79,7 @@ enum Command {
     Minimize(minimize::Args),
     /// Store a trace in the regression corpus (minimized if it fails, expect from the model).
     #[command(
-        after_help = "Examples:\n  kvcheck save target/kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
+        after_help = "Examples:\n  kvcheck save kvcheck-failures/x.kvtrace.json --name stale_rewrite\n  kvcheck save repro.kvtrace.json --name d2_gap_write --dir tests/regressions\n\nExit status: 0 saved, 2 unreadable input or a bad name."
     )]
     Save(save::Args),
     /// Serve an in-process subject over kvcheck-subject/1 on stdin/stdout (an exec: subject of it).
@@ -135,6 +133,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     // naming it. The commands get the settings from here on, and their
     // options override its fields.
     let settings = Settings::from_env()?;
+    // Every report prints the replay command that works where this runs.
+    checkout::Place::detect().replay_program().use_everywhere();
     let mut command = cli.command;
     if let Some(subject) = command.subject_args_mut() {
         subject.resolve(&settings)?;
@@ -318,7 +318,8 @@ pub fn announce(subject: &kvcheck::subject::SubjectSpec) {
     }
 }
 
-/// A path argument that defaults to the failures directory.
-pub fn failures_dir(out: Option<PathBuf>) -> PathBuf {
-    out.unwrap_or_else(|| PathBuf::from(DEFAULT_FAILURES_DIR))
+/// A path argument that defaults to the failures directory of where the
+/// binary runs ([`checkout::Place::failures_dir`]).
+pub fn failures_dir(out: Option<PathBuf>, settings: &Settings) -> PathBuf {
+    out.unwrap_or_else(|| checkout::Place::detect().failures_dir(settings))
 }

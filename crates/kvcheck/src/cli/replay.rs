@@ -6,7 +6,7 @@ use kvcheck::check::trace::{collect_trace_files, Trace};
 use kvcheck::engine::replay::{replay_with, ReplayReport};
 use serde_json::json;
 
-use super::{failures_dir, CliError};
+use super::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -24,7 +24,9 @@ pub struct Args {
     /// Machine-readable output: one JSON array of per-trace results.
     #[arg(long)]
     json: bool,
-    /// Directory for the traces of divergences [default: target/kvcheck-failures].
+    /// Also save the failing prefix of each diverging trace in this
+    /// directory (its report then names that copy). Without it replay
+    /// writes nothing, and a report names the file it replayed.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -34,7 +36,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if files.is_empty() {
         return Err(CliError::NoTraces(args.paths.clone()));
     }
-    let failures = failures_dir(args.out.clone());
     let subject = (!args.model_only).then(|| args.subject.spec());
     let oracle = args.subject.oracle();
     if let Some(subject) = &subject {
@@ -61,13 +62,20 @@ pub fn run(args: Args) -> Result<(), CliError> {
             .subject
             .oracle_for(&mut trace)
             .unwrap_or_else(|_| oracle.clone());
-        let report = replay_with(
+        let mut report = replay_with(
             &trace,
             Some(file),
             subject.clone(),
-            Some(&failures),
+            args.out.as_deref(),
             &oracle,
         );
+        // The file replayed reproduces its divergence: the report's
+        // replay command names it rather than a copy nobody asked for.
+        if let Some(divergence) = report.divergence.as_mut() {
+            if divergence.saved.is_none() {
+                divergence.saved = Some(file.clone());
+            }
+        }
         if report.skipped.is_some() {
             skipped += 1;
         } else if report.passed() {

@@ -12,7 +12,7 @@ use kvcheck::engine::scale::{parse_jobs, Campaign, Found, Shard};
 use kvcheck::engine::strategy::{profile_support, required_events, PROFILES};
 use kvcheck::engine::triage::findings_table;
 use kvcheck::report::{
-    merge_judged, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
+    merge_judged, DivergenceReport, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
 };
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
@@ -43,7 +43,8 @@ pub struct Args {
     /// List the profiles and exit.
     #[arg(long)]
     list: bool,
-    /// Directory for the traces of divergences [default: target/kvcheck-failures].
+    /// Directory for the traces of divergences [default: target/kvcheck-failures
+    /// in a checkout of kvcheck, else kvcheck-failures].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Worker threads [default: $KVCHECK_JOBS, else every available core].
@@ -156,7 +157,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         selected.len(),
         args.time
     );
-    let failures = failures_dir(args.out.clone());
+    let failures = failures_dir(args.out.clone(), settings);
     let budget = Duration::from_secs_f64(args.time);
     let bar = ProgressBar::new(budget.as_millis() as u64);
     bar.set_style(
@@ -182,18 +183,17 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     };
     bar.finish_and_clear();
     let outcome = outcome?;
-    let mut divergences = Vec::new();
-    let mut diverged_profile = None;
-    if let Some(found) = outcome.found {
-        diverged_profile = Some(found.profile);
-        divergences = report_divergence(
+    let diverged_profile = outcome.found.as_ref().map(|found| found.profile);
+    let divergence = outcome.found.map(|found| {
+        report_divergence(
             found,
             &subject,
             &campaign.oracle,
             &failures,
             settings.max_tests,
-        );
-    }
+        )
+    });
+    let mut divergences: Vec<String> = divergence.iter().filter_map(|d| d.trace.clone()).collect();
     let findings = super::triage::settle(
         &args.triage,
         &outcome.triage,
@@ -203,7 +203,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         settings,
     );
     divergences.extend(findings.iter().filter_map(|f| f.minimized_trace.clone()));
-    let report = RunReport {
+    let mut report = RunReport {
         format: REPORT_FORMAT.to_string(),
         seed,
         max_ops: args.max_ops,
@@ -244,21 +244,22 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
             .collect(),
         elapsed_s: outcome.elapsed.as_secs_f64(),
         divergences,
+        divergence,
         findings,
+        min_judged: args.min_judged,
+        warnings: Vec::new(),
     };
+    report.warnings = report.domain().warning().into_iter().collect();
     if let Some(path) = &args.json {
         Report::Run(report.clone())
             .save(path)
             .map_err(CliError::WriteReport)?;
     }
     print_tables(&report)?;
-    let judged: u64 = report.profiles.iter().map(|p| p.ops).sum();
     let domain = report.domain();
-    // A short --cases run may judge few ops for good reasons: the floor
-    // holds only where the subject left its domain.
-    if judged < args.min_judged && domain.cuts > 0 {
+    if report.too_few_judged() {
         let error = CliError::TooFewJudged {
-            judged,
+            judged: report.judged(),
             floor: args.min_judged,
             outside: domain.outside,
             drawn: domain.drawn,
@@ -269,49 +270,64 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Saves the first divergence's trace, minimizes it once against the
-/// campaign's `oracle` (same failure, fewer ops, at most `max_tests` runs)
-/// and saves that too; returns the paths, minimized first.
+/// Minimizes the first divergence once against the campaign's `oracle`
+/// (same failure, fewer ops, at most `max_tests` runs) and saves one trace
+/// of it under `failures`: the minimized one, or the divergence as met
+/// when it does not minimize. One trace per divergence, so that replaying
+/// the folder shows each failure once. Prints the divergence as met (before
+/// minimizing, which can take a while) and then the saved one's report.
 fn report_divergence(
     found: Found,
     subject: &SubjectSpec,
     oracle: &Oracle,
     failures: &Path,
     max_tests: usize,
-) -> Vec<String> {
-    let mut divergence = found.divergence;
-    let mut paths = Vec::new();
-    let saved = divergence.save_in(failures);
-    println!(
-        "first divergence: profile {} case {} (the run stopped there)",
+) -> DivergenceReport {
+    let met = found.divergence;
+    let first = format!(
+        "profile {} case {}",
         PROFILES[found.profile].name, found.case
     );
-    println!("{divergence}");
-    match minimize_keeping(
-        &divergence.trace,
-        subject.clone(),
-        oracle,
-        max_tests,
-        |_| true,
-    ) {
-        Ok(minimized) => {
-            let mut small = minimized.divergence;
-            println!(
-                "minimized: {} -> {} ops in {} tests",
-                minimized.before.ops, minimized.after.ops, minimized.tests_run
-            );
-            match small.save_in(failures) {
-                Ok(path) => paths.push(path.display().to_string()),
-                Err(e) => paths.push(format!("(minimized trace not saved: {e})")),
+    println!("first divergence: {first} (the run stopped there)");
+    println!("{met}");
+    let ops = met.trace.ops.len();
+    let (mut kept, minimized_ops) =
+        match minimize_keeping(&met.trace, subject.clone(), oracle, max_tests, |_| true) {
+            Ok(minimized) => {
+                println!(
+                    "minimized: {} -> {} ops in {} tests",
+                    minimized.before.ops, minimized.after.ops, minimized.tests_run
+                );
+                (minimized.divergence, Some(minimized.after.ops))
             }
+            Err(e) => {
+                println!("not minimized: {e}");
+                (met, None)
+            }
+        };
+    let trace = match kept.save_in(failures) {
+        Ok(path) => Some(path.display().to_string()),
+        Err(e) => {
+            println!("trace not saved: {e}");
+            None
         }
-        Err(e) => println!("not minimized: {e}"),
+    };
+    if minimized_ops.is_some() {
+        println!("{kept}");
+    } else if let (Some(path), Some(command)) = (&trace, kept.replay_command()) {
+        // The report above is this divergence; only where it went is new.
+        println!("trace:    {path}\nreproduce: {command}");
     }
-    paths.push(match saved {
-        Ok(path) => path.display().to_string(),
-        Err(e) => format!("(not saved: {e})"),
-    });
-    paths
+    DivergenceReport {
+        first,
+        kind: kept.kind.name().to_string(),
+        summary: kept.summary(),
+        ops,
+        minimized_ops,
+        report: kept.to_string(),
+        trace,
+        reproduce: kept.replay_command(),
+    }
 }
 
 /// A profile's relation rows for the report (none against the model or

@@ -45,7 +45,8 @@ pub struct FindingReport {
     pub ops: usize,
     /// The minimized trace's length, when minimization succeeded.
     pub minimized_ops: Option<usize>,
-    /// Where the representative's trace was saved.
+    /// Where the representative's trace, as met, was saved: only when it
+    /// did not minimize (otherwise only the minimized trace is saved).
     pub trace: Option<String>,
     /// Where the minimized trace was saved.
     pub minimized_trace: Option<String>,

@@ -32,6 +32,8 @@ pub(super) fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportErr
     a.shards.extend(b.shards);
     a.elapsed_s = a.elapsed_s.max(b.elapsed_s);
     a.divergences.extend(b.divergences);
+    a.divergence = a.divergence.take().or(b.divergence);
+    a.min_judged = a.min_judged.max(b.min_judged);
     merge_findings(&mut a.findings, b.findings);
     for p in b.profiles {
         match a.profiles.iter_mut().find(|q| q.name == p.name) {
@@ -47,6 +49,8 @@ pub(super) fn merge_run(a: &mut RunReport, b: RunReport) -> Result<(), ReportErr
             None => a.profiles.push(p),
         }
     }
+    // A warning is about the whole campaign's draws, not one shard's.
+    a.warnings = a.domain().warning().into_iter().collect();
     Ok(())
 }
 

@@ -10,19 +10,21 @@
 
 use std::path::Path;
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::check::coverage::Coverage;
 use findings::FindingReport;
 use shard::Shard;
 
+mod divergence;
+mod domain;
 pub mod findings;
 mod merge;
 mod power;
 pub mod shard;
 
+pub use divergence::DivergenceReport;
+pub use domain::{DomainTally, OUTSIDE_WARNING};
 pub use power::{PowerReport, PowerRow};
 
 use merge::*;
@@ -61,9 +63,20 @@ pub struct RunReport {
     pub elapsed_s: f64,
     /// Paths of the traces of divergences.
     pub divergences: Vec<String>,
+    /// The divergence that stopped the run (none in triage mode, whose
+    /// findings carry theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<DivergenceReport>,
     /// Triage mode (`--keep-going`): the distinct findings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<FindingReport>,
+    /// `--min-judged`: the fewest judged ops a run whose subject answered
+    /// *outside* may pass with ([`RunReport::too_few_judged`]).
+    #[serde(default)]
+    pub min_judged: u64,
+    /// The run's warnings, as printed after `warning: `.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One profile's row of the `run` table.
@@ -94,109 +107,6 @@ pub struct ProfileReport {
     pub domain: DomainTally,
 }
 
-/// How much of what a campaign drew lay outside the subject's domain.
-///
-/// A case that leaves the subject's domain is judged up to the op that
-/// left it and cut there; the ops from there on were drawn for nothing.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DomainTally {
-    /// Ops drawn (judged or not).
-    pub drawn: u64,
-    /// Drawn ops not judged because their case left the subject's domain.
-    pub outside: u64,
-    /// Cases cut where they left the subject's domain.
-    pub cuts: u64,
-    /// For the cut cases: the declaration that would have kept the cut op
-    /// from being drawn, and how many cuts it names.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub declarations: BTreeMap<String, u64>,
-}
-
-/// Above this share of drawn ops outside the subject's domain, a run warns
-/// and names the declaration that would keep its draws inside.
-pub const OUTSIDE_WARNING: f64 = 0.20;
-
-impl DomainTally {
-    /// Whether nothing was drawn.
-    pub fn is_empty(&self) -> bool {
-        self.drawn == 0
-    }
-
-    /// Adds `other`'s counts to these.
-    pub fn add(&mut self, other: &DomainTally) {
-        self.drawn += other.drawn;
-        self.outside += other.outside;
-        self.cuts += other.cuts;
-        for (declaration, n) in &other.declarations {
-            *self.declarations.entry(declaration.clone()).or_default() += n;
-        }
-    }
-
-    /// Counts one case: `drawn` ops, cut at `cut` (with the declaration
-    /// that would have kept the cut op out) or judged whole.
-    pub fn count(&mut self, drawn: usize, cut: Option<(usize, Option<&str>)>) {
-        self.drawn += drawn as u64;
-        if let Some((step, declaration)) = cut {
-            self.cuts += 1;
-            self.outside += drawn.saturating_sub(step) as u64;
-            if let Some(declaration) = declaration {
-                *self
-                    .declarations
-                    .entry(declaration.to_string())
-                    .or_default() += 1;
-            }
-        }
-    }
-
-    /// The share of drawn ops outside the domain (0 when nothing was drawn).
-    pub fn share(&self) -> f64 {
-        self.outside as f64 / self.drawn.max(1) as f64
-    }
-
-    /// The line a run prints: how many drawn ops lay outside, and above
-    /// [`OUTSIDE_WARNING`] a warning naming the declaration that would
-    /// have kept most of the cut ops from being drawn. `None` when no case
-    /// was cut.
-    pub fn summary(&self) -> Option<String> {
-        if self.cuts == 0 {
-            return None;
-        }
-        let mut line = format!(
-            "outside the subject's domain: {} of {} drawn ops ({:.1}%), {} cases cut there",
-            self.outside,
-            self.drawn,
-            100.0 * self.share(),
-            self.cuts
-        );
-        if self.share() > OUTSIDE_WARNING {
-            line.push_str(&format!(
-                "
-warning: more than {:.0}% of the drawn ops were outside the subject's domain",
-                100.0 * OUTSIDE_WARNING
-            ));
-            // The declarations that would have kept the most cut cases
-            // inside, most first: together they are the domain to declare.
-            let mut ranked: Vec<(&String, &u64)> = self.declarations.iter().collect();
-            ranked.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-            if ranked.is_empty() {
-                line.push_str("; declare its domain (docs/subject-protocol.md, domain)");
-            } else {
-                let named: Vec<String> = ranked
-                    .iter()
-                    .take(4)
-                    .map(|(declaration, n)| format!("{declaration} ({n})"))
-                    .collect();
-                line.push_str(&format!(
-                    "; declaring in its domain {} would keep that many of the {} cut cases inside (docs/subject-protocol.md, domain)",
-                    named.join(", "),
-                    self.cuts
-                ));
-            }
-        }
-        Some(line)
-    }
-}
-
 /// What one relation judged in a campaign's profile.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelationJudged {
@@ -225,6 +135,19 @@ pub fn merge_judged(total: &mut Vec<RelationJudged>, rows: &[RelationJudged]) {
 }
 
 impl RunReport {
+    /// Ops judged over every profile.
+    pub fn judged(&self) -> u64 {
+        self.profiles.iter().map(|p| p.ops).sum()
+    }
+
+    /// Whether the run judged fewer ops than `min_judged` where its
+    /// subject left its domain: a subject that answers *outside* to
+    /// (nearly) everything cannot pass. A short `--cases` run may judge
+    /// few ops for good reasons, so the floor holds only after a cut.
+    pub fn too_few_judged(&self) -> bool {
+        self.judged() < self.min_judged && self.domain().cuts > 0
+    }
+
     /// Every profile's [`DomainTally`] added up.
     pub fn domain(&self) -> DomainTally {
         let mut total = DomainTally::default();

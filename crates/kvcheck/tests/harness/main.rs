@@ -16,6 +16,7 @@ mod layers;
 mod minimize;
 mod power_scale;
 mod relations;
+mod reproduce;
 mod scale;
 mod segments;
 mod toy_oracle;

@@ -9,7 +9,7 @@
 //! [`TriageSignature`] and the representative met first (lowest case index
 //! for `run`, breadth-first order for `explore`: the same for any number of
 //! workers). [`settle`] then minimizes each representative keeping its
-//! signature and saves both traces; the findings become
+//! signature and saves the minimized trace; the findings become
 //! [`FindingReport`]s, which the `--json` reports carry and
 //! [`merge_findings`] combines across shards, the way crash triage
 //! deduplicates a fuzzer's crashes.
@@ -143,11 +143,13 @@ impl Triage {
     }
 }
 
-/// Saves each finding's representative under `dir`, minimizes it against
-/// `oracle` (the one the campaign checked against; a trace that names its
-/// own is minimized against that when `oracle` is the model) in at most
-/// `max_tests` candidates, keeping its signature, and saves that too.
-/// `progress` gets one line per finding as it is minimized.
+/// Minimizes each finding's representative against `oracle` (the one the
+/// campaign checked against; a trace that names its own is minimized
+/// against that when `oracle` is the model) in at most `max_tests`
+/// candidates, keeping its signature, and saves one trace per finding
+/// under `dir`: the minimized one, or the representative as met when it
+/// does not minimize. Two traces of one finding would replay as two
+/// failures. `progress` gets one line per finding as it is minimized.
 pub fn settle(
     triage: &Triage,
     subject: &SubjectSpec,
@@ -161,10 +163,6 @@ pub fn settle(
     let mut out = Vec::with_capacity(n);
     for (i, finding) in findings.into_iter().enumerate() {
         let mut divergence = finding.divergence.clone();
-        let trace = divergence
-            .save_in(dir)
-            .map(|p| p.display().to_string())
-            .ok();
         let wanted = finding.signature.clone();
         let started = std::time::Instant::now();
         let minimized = minimize_keeping(
@@ -174,13 +172,16 @@ pub fn settle(
             max_tests,
             move |d| TriageSignature::of(d) == wanted,
         );
-        let (minimized_ops, minimized_trace) = match minimized {
+        let (minimized_ops, minimized_trace, trace) = match minimized {
             Ok(m) => {
                 let mut small = m.divergence;
                 let path = small.save_in(dir).map(|p| p.display().to_string()).ok();
-                (Some(m.after.ops), path)
+                (Some(m.after.ops), path, None)
             }
-            Err(_) => (None, None),
+            Err(_) => {
+                let path = divergence.save_in(dir).map(|p| p.display().to_string());
+                (None, None, path.ok())
+            }
         };
         progress(format!(
             "minimized finding {}/{n} ({}): {} -> {} ops in {:.1} s",
