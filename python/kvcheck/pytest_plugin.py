@@ -1,5 +1,11 @@
-"""The pytest plugin of kvcheck (entry point `pytest11`, loaded by pytest
-wherever kvcheck is installed).
+"""The pytest plugin of kvcheck.
+
+pytest loads it through the wheel's `pytest11` entry point wherever the
+wheel is installed. A checkout's `python/` on PYTHONPATH has no entry
+points: load it there with `pytest -p kvcheck.pytest_plugin` (or
+`PYTEST_PLUGINS=kvcheck.pytest_plugin`, or `pytest_plugins =
+["kvcheck.pytest_plugin"]` in a conftest.py). The entry point carries the
+module's name, so both at once register it once.
 
 `kvcheck.check(MyCache, ...)` works in any test; the plugin adds:
 

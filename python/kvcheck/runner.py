@@ -2,26 +2,31 @@
 
 The class is served in a subprocess (`python -m kvcheck.serve module:Class`,
 with this interpreter and this process's import path), `kvcheck run` drives
-it, and the result comes back as a `Result` (checked ops, seconds) or, on a
-divergence, as a `Divergence` exception (an AssertionError, so a test fails
-with it) carrying kvcheck's report, the saved minimized trace and the
-command that replays it.
+it and writes its report as JSON (`--json`), and the result comes back, read
+from that report, as a `Result` (checked ops, seconds) or, on a divergence,
+as a `Divergence` exception (an AssertionError, so a test fails with it)
+carrying kvcheck's report, the saved minimized trace and the command that
+replays it. Nothing is read from what kvcheck prints, so a reworded
+message cannot break a test.
 """
 
 import inspect
+import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import warnings
 
 ENV_BINARY = "KVCHECK_BIN"
 # Set by the pytest plugin: --kvcheck-time, and where passing results go.
 TIME_OVERRIDE = None
 RESULTS = None
+# Whether the missing plugin was already pointed out (once per process).
+PLUGIN_HINTED = False
 
 
 class Divergence(AssertionError):
@@ -30,8 +35,8 @@ class Divergence(AssertionError):
 
     def __init__(self, report, trace, replay):
         message = report.rstrip()
-        if trace:
-            message += "\n\nminimized trace: %s\nreplay it:       %s" % (trace, replay)
+        if trace and trace not in message:
+            message += "\n\ntrace:    %s\nreproduce: %s" % (trace, replay)
         super().__init__(message)
         self.report = report
         self.trace = trace
@@ -43,13 +48,18 @@ class TooFewJudged(AssertionError):
     (`min_judged`) because the subject answered `kvcheck.Outside` to most
     requests: a subject that is outside everywhere cannot pass. `output`
     is kvcheck's output, `outside_share` the share of drawn ops outside
-    the subject's domain (None when kvcheck printed none)."""
+    the subject's domain, `judged` the ops judged and `min_judged` the
+    floor."""
 
-    def __init__(self, output):
-        line = next((l for l in output.splitlines() if "--min-judged" in l), "fewer ops judged than --min-judged")
-        super().__init__(line.strip())
+    def __init__(self, judged, min_judged, outside_share, output=""):
+        super().__init__(
+            "kvcheck judged %d ops, fewer than --min-judged %d: %.1f%% of the drawn ops were outside "
+            "the subject's domain" % (judged, min_judged, 100 * outside_share)
+        )
+        self.judged = judged
+        self.min_judged = min_judged
+        self.outside_share = outside_share
         self.output = output
-        self.outside_share = outside_share(output)
 
 
 class Result:
@@ -57,17 +67,16 @@ class Result:
 
     `outside_share`: the share of drawn ops that lay outside the subject's
     domain (0.0 when no case was cut there); `warnings`: kvcheck's
-    `warning:` lines (a share over its threshold names the declaration
-    that would keep the draws inside)."""
+    warnings (a share over its threshold names the declaration that would
+    keep the draws inside); `output`: what kvcheck printed."""
 
-    def __init__(self, ops, seconds, subject, output):
+    def __init__(self, ops, seconds, subject, output="", outside_share=0.0, warnings=()):
         self.ops = ops
         self.seconds = seconds
         self.subject = subject
         self.output = output
-        share = outside_share(output)
-        self.outside_share = 0.0 if share is None else share
-        self.warnings = warnings(output)
+        self.outside_share = outside_share
+        self.warnings = list(warnings)
 
     def __repr__(self):
         return "Result(ops=%d, seconds=%.1f, outside_share=%.3f)" % (self.ops, self.seconds, self.outside_share)
@@ -130,7 +139,9 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
         time = TIME_OVERRIDE
     served = " ".join(shlex.quote(part) for part in serve_command(subject, args))
     spec = "exec:" + served
-    command = [binary(), "run", "--subject", spec, "--time", str(time), "--out", str(out)]
+    # An absolute folder, so that the trace paths and the replay command in
+    # the report work from any directory.
+    command = [binary(), "run", "--subject", spec, "--time", str(time), "--out", os.path.abspath(str(out))]
     if seed is not None:
         command += ["--seed", str(seed)]
     if oracle != "model":
@@ -146,38 +157,100 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
     env.pop("RUST_BACKTRACE", None)  # candle errors are 25x slower with it
     # The served class is imported as this process imports it.
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
-    done = subprocess.run(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        report_path = json_option(extra)
+        if report_path is None:
+            report_path = os.path.join(scratch, "report.json")
+            command += ["--json", report_path]
+        done = subprocess.run(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env
+        )
+        report = load_report(report_path)
     output = done.stdout
+    if report is None or done.returncode not in (0, 1):
+        raise RuntimeError("kvcheck run failed (exit status %d):\n%s" % (done.returncode, output))
+    ops, seconds, share = totals(report)
     if done.returncode == 0:
-        ops, seconds = checked(output)
-        result = Result(ops, seconds, subject.__qualname__, output)
+        result = Result(ops, seconds, subject.__qualname__, output, share, report.get("warnings", ()))
         print("kvcheck: " + result.summary())
         if RESULTS is not None:
             RESULTS.append(result)
+        else:
+            hint_plugin()
         return result
-    if done.returncode == 1 and first_trace(output) is None and "--min-judged" in output:
-        raise TooFewJudged(output)
-    if done.returncode == 1:
-        trace = first_trace(output)
-        text = report(output)
-        if trace is not None:
-            trace = os.path.abspath(trace)
-            # The minimized trace's own report (run prints the first, unminimized one).
-            with tempfile.TemporaryDirectory() as scratch:
-                replayed = subprocess.run(
-                    [command[0], "replay", trace, "--subject", spec] + replay_options(command),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    universal_newlines=True,
-                    env=env,
-                    cwd=scratch,
-                ).stdout
-            text = report(replayed) or text
-        replay = " ".join(shlex.quote(p) for p in ["kvcheck", "replay", trace or "TRACE", "--subject", spec])
-        raise Divergence(text or output, trace, replay)
+    found = report.get("divergence")
+    if found is None and report.get("findings"):
+        found = finding_divergence(report["findings"])
+    if found is not None:
+        trace = found.get("trace")
+        replay = found.get("reproduce") or " ".join(
+            shlex.quote(p) for p in ["kvcheck", "replay", trace or "TRACE", "--subject", spec]
+        )
+        options = replay_options(command)
+        if options:
+            replay += " " + " ".join(shlex.quote(o) for o in options)
+        raise Divergence(found.get("report") or found.get("summary", ""), trace, replay)
+    if ops < report.get("min_judged", 0):
+        raise TooFewJudged(ops, report["min_judged"], share, output)
     raise RuntimeError("kvcheck run failed (exit status %d):\n%s" % (done.returncode, output))
+
+
+def hint_plugin():
+    """Under pytest without the plugin (a checkout on PYTHONPATH has no
+    entry point that loads it), says once, as a warning pytest lists, how
+    to get its summary of checked ops."""
+    global PLUGIN_HINTED
+    if PLUGIN_HINTED or "PYTEST_CURRENT_TEST" not in os.environ:
+        return
+    PLUGIN_HINTED = True
+    warnings.warn(
+        "kvcheck's pytest plugin is not loaded, so the summary of checked ops is not shown: "
+        "run pytest with -p kvcheck.pytest_plugin (the installed wheel loads it by itself)",
+        stacklevel=3,
+    )
+
+
+def json_option(extra):
+    """The report file that `extra` names with `--json`, or None."""
+    extra = list(extra)
+    for i, arg in enumerate(extra):
+        if arg == "--json" and i + 1 < len(extra):
+            return extra[i + 1]
+        if arg.startswith("--json="):
+            return arg[len("--json="):]
+    return None
+
+
+def load_report(path):
+    """The `kvcheck run --json` report at `path` (a dict), or None when
+    kvcheck wrote none (it stopped before running: bad arguments)."""
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and report.get("kind") == "run" else None
+
+
+def totals(report):
+    """(ops judged, seconds, share of drawn ops outside the subject's
+    domain) of a run report."""
+    profiles = report.get("profiles", [])
+    ops = sum(p.get("ops", 0) for p in profiles)
+    drawn = sum(p.get("domain", {}).get("drawn", 0) for p in profiles)
+    outside = sum(p.get("domain", {}).get("outside", 0) for p in profiles)
+    return ops, float(report.get("elapsed_s", 0.0)), (outside / drawn if drawn else 0.0)
+
+
+def finding_divergence(findings):
+    """A triage run's (`extra=["--keep-going"]`) findings as the fields of
+    one divergence: every finding's summary, the first one's trace."""
+    first = findings[0]
+    lines = ["kvcheck: %d distinct findings" % len(findings)]
+    for f in findings:
+        lines.append("  %s (%d times; %s)" % (f.get("summary", ""), f.get("count", 0),
+                                             f.get("minimized_trace") or f.get("trace") or "not saved"))
+    return {"report": "\n".join(lines), "trace": first.get("minimized_trace") or first.get("trace")}
 
 
 def replay_options(command):
@@ -192,51 +265,3 @@ def replay_options(command):
         elif arg.startswith("--subject-timeout=") or arg in ("--exact-kinds", "--strict-domain"):
             options.append(arg)
     return options
-
-
-def checked(output):
-    """(ops, seconds) from `kvcheck run`'s "N ops checked in T s" line."""
-    match = re.search(r"^([\d,]+) ops checked in ([\d.]+) s", output, re.M)
-    if match is None:
-        raise RuntimeError("kvcheck run printed no op count:\n" + output)
-    return int(match.group(1).replace(",", "")), float(match.group(2))
-
-
-def outside_share(output):
-    """The share of drawn ops outside the subject's domain that `kvcheck
-    run` printed (its `outside ...: ... (12.3%) ...` line after the
-    totals), or None."""
-    for line in reversed(output.splitlines()):
-        if line.lstrip().lower().startswith("outside"):
-            match = re.search(r"([\d.]+)\s*%", line)
-            if match:
-                return float(match.group(1)) / 100
-    return None
-
-
-def warnings(output):
-    """`kvcheck run`'s `warning:` lines, without the prefix."""
-    return [line.strip()[len("warning:"):].strip() for line in output.splitlines() if line.strip().startswith("warning:")]
-
-
-def first_trace(output):
-    """The first trace `kvcheck run` lists after a divergence: the minimized one."""
-    match = re.search(r"divergences?; traces:\n\s+(\S+)", output)
-    return match.group(1) if match else None
-
-
-def report(output):
-    """kvcheck's framed divergence report in `output` (without its own
-    trace and reproduce lines, which name other paths), or ""."""
-    lines = output.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("──── kvcheck:")), None)
-    if start is None:
-        return ""
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    block = []
-    for line in lines[start:]:
-        line = line[indent:].rstrip()
-        if not line or line.startswith("trace:"):
-            break
-        block.append(line)
-    return "\n".join(block)
