@@ -542,7 +542,7 @@ class Checked(BinaryCase):
         with self.assertRaises(kvcheck.Divergence) as caught:
             kvcheck.check(TappedToyClass(), time=20, seed=7, args=["--bug", bug], out=self.out)
         divergence = caught.exception
-        self.assertIn("minimized trace: %s" % divergence.trace, str(divergence))
+        self.assertIn("trace:    %s" % divergence.trace, str(divergence))
         self.assertTrue(os.path.isfile(divergence.trace), divergence.trace)
         with open(divergence.trace) as f:
             ops = json.load(f)["ops"]
