@@ -51,6 +51,9 @@ pub struct Model {
     /// Packed only: index in `chunks` of the current chunk (the latest
     /// append), cleared by rewind and reset.
     current_chunk: Option<usize>,
+    /// `after_read` only: the rows the latest op read and then trimmed
+    /// (see [`Model::read_writers`]); empty after every other op.
+    trimmed: BTreeMap<u64, Vec<Option<u64>>>,
 }
 
 impl Model {
@@ -67,6 +70,7 @@ impl Model {
             pin: None,
             chunks: Vec::new(),
             current_chunk: None,
+            trimmed: BTreeMap::new(),
         })
     }
 
@@ -320,6 +324,7 @@ impl Model {
             });
         }
         // 9. Commit.
+        next.trimmed.clear();
         next.global_end = self.global_end.max(end);
         for p in s..end {
             let writers = next
@@ -396,6 +401,7 @@ impl Model {
             }
         }
         self.resident.retain(|&p, _| p < to);
+        self.trimmed.clear();
         self.global_end = to;
         if self.pin.as_ref().is_some_and(|pin| pin.end > to) {
             self.pin = None;
@@ -424,6 +430,7 @@ impl Model {
         for p in &evictable[..k as usize] {
             self.resident.remove(p);
         }
+        self.trimmed.clear();
         Ok(self.global_end)
     }
 
@@ -438,6 +445,7 @@ impl Model {
         }
         if n == 0 {
             self.pin = None;
+            self.trimmed.clear();
             return Ok(self.global_end);
         }
         let sink = self.config.sink as u64;
@@ -465,12 +473,14 @@ impl Model {
             });
         }
         self.pin = Some(pin);
+        self.trimmed.clear();
         Ok(self.global_end)
     }
 
     /// docs/contract.md §3 `reset`: capacity and window keep their current values.
     pub fn reset(&mut self) -> u64 {
         self.resident.clear();
+        self.trimmed.clear();
         self.global_end = 0;
         self.pin = None;
         self.chunks.clear();

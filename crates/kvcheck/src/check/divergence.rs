@@ -124,10 +124,11 @@ pub enum RowSource {
 impl RowSource {
     /// What the model says a view row at (`position`, `batch`, `head`)
     /// must hold: its writer's payload (cold when the model quantized
-    /// it), or zeros for a head never written.
+    /// it), or zeros for a head never written. A row the latest write read
+    /// and then trimmed (`trim = "after_read"`) is judged as it was read.
     pub fn expected(model: &kvmodel::Model, position: u64, batch: usize, head: usize) -> RowSource {
         match model
-            .writers(position)
+            .read_writers(position)
             .and_then(|w| w.get(head).copied().flatten())
         {
             Some(writer) => RowSource::Payload {

@@ -321,7 +321,7 @@ pub fn expected_view(
         Vec::with_capacity(config.batch * positions.len() * heads.len() * config.head_dim);
     for batch in 0..config.batch {
         for &position in positions {
-            let writers = model.writers(position).unwrap_or(&[]);
+            let writers = model.read_writers(position).unwrap_or(&[]);
             for head in heads.clone() {
                 match writers.get(head).copied().flatten() {
                     None => out.extend(std::iter::repeat_n(0.0, config.head_dim)),

@@ -217,7 +217,12 @@ fn compare(
     };
     let rows: Vec<(Option<&[Option<u64>]>, bool)> = positions
         .iter()
-        .map(|&p| (model.writers(p), quant != Quant::None && model.is_cold(p)))
+        .map(|&p| {
+            (
+                model.read_writers(p),
+                quant != Quant::None && model.is_cold(p),
+            )
+        })
         .collect();
     let (d, hc) = (config.head_dim, heads.len());
     let elements = positions.len() * hc * d;

@@ -322,9 +322,14 @@ impl Capabilities {
             "head_range_write" | "error:head_range" => self.has(Feature::HeadRanges),
             "recent_window" | "error:negative_window" => self.has(Feature::RecentWindow),
             "window_hides_resident" => self.has(Feature::Window),
+            // Trimming after the read never refuses a chunk for room or
+            // window (docs/contract.md §3, trim modes): only a subject
+            // that opens the default mode can reach these.
             "error:window_too_small" => {
-                self.has(Feature::Window) || self.has(Feature::RecentWindow)
+                (self.has(Feature::Window) || self.has(Feature::RecentWindow))
+                    && self.opens_trim(Trim::BeforeRead)
             }
+            "error:chunk_too_large" => self.opens_trim(Trim::BeforeRead),
             _ => true,
         }
     }

@@ -470,3 +470,148 @@ fn probe_pure_judges_packed_caches() {
         }));
     }
 }
+
+/// The reference cache opening `after_read` alone, so that every case
+/// drawn for it trims after the read (docs/contract.md §3, trim modes).
+fn after_read_reference(fault: Option<kvcheck::subject::Fault>) -> SubjectSpec {
+    use kvcheck::subject::{Capabilities, Factory, ReferenceCache};
+    let capabilities = Capabilities {
+        trims: vec![kvcheck::Trim::AfterRead],
+        ..Capabilities::full()
+    };
+    Factory::new("after-read", capabilities, move |config, device| {
+        Ok(Box::new(match fault {
+            None => ReferenceCache::new(config, device)?,
+            Some(fault) => ReferenceCache::with_fault(config, device, fault)?,
+        }))
+    })
+    .into()
+}
+
+/// Under `trim = "after_read"` every relation and invariant holds on the
+/// reference model over random traces of every profile that fits (the
+/// dense ones without growth), each judging some case, except M7, whose
+/// domain is empty there (docs/relations.md).
+#[test]
+fn every_relation_holds_on_the_reference_model_trimming_after_the_read() {
+    use kvcheck::engine::strategy::profile_support;
+    let subject = after_read_reference(None);
+    let capabilities = subject.capabilities().expect("in process");
+    let mut runner = TestRunner::new(ProptestConfig {
+        rng_seed: RngSeed::Fixed(17),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let mut work = Work::default();
+    let mut drawn = 0;
+    for (index, profile) in PROFILES.iter().enumerate() {
+        if profile_support(profile, &capabilities).is_err() {
+            assert!(
+                ["growth", "packed"].contains(&profile.name),
+                "{}",
+                profile.name
+            );
+            continue;
+        }
+        for case in 0..cases() {
+            let (config, ops) = domain::draw(index, &mut runner, 30, &subject, &capabilities)
+                .expect("every dense profile draws");
+            assert_eq!(config.trim, kvcheck::Trim::AfterRead);
+            drawn += 1;
+            let found = check(&config, &ops, &subject, &Relation::ALL, 4, &mut work)
+                .expect("the subject runs every drawn trace");
+            if let Some(d) = found {
+                panic!("profile {} case {case}:\n{d}\n{}", profile.name, d.trace);
+            }
+        }
+    }
+    assert!(drawn > 0);
+    for relation in Relation::ALL {
+        let judged = work.judged.cases_of(relation);
+        if relation == Relation::ChunkingInvariant {
+            assert_eq!(judged, 0, "M7 has no domain under after_read");
+        } else {
+            assert!(judged > 0, "{relation} never judged under after_read");
+        }
+    }
+}
+
+/// A cache that claims `after_read` but trims before the read: the model
+/// sees it at its second write, and so does `--oracle self` with no model
+/// (I4, the width of the view before the write and the whole chunk), on
+/// a fixed trace and on the cases the engines draw for it.
+#[test]
+fn a_trim_before_the_read_under_after_read_is_caught_by_model_and_self() {
+    use kvcheck::check::divergence::DivergenceKind;
+    use kvcheck::subject::Fault;
+    let fault = SubjectSpec::Fault(Fault::TrimBeforeRead);
+    let config = kvcheck::Config {
+        sink: 1,
+        trim: kvcheck::Trim::AfterRead,
+        ..kvcheck::Config::dense(4)
+    };
+    let ops = vec![
+        kvcheck::Op::Write(kvcheck::Write::new(0, 4)),
+        kvcheck::Op::Write(kvcheck::Write::new(4, 2)),
+    ];
+    let trace = kvcheck::Trace::new(config.clone(), ops.clone()).with_model_expect();
+    let report = kvcheck::engine::replay::replay(&trace, None, Some(fault.clone()), None);
+    assert!(!report.passed(), "the model misses it");
+    let clean = kvcheck::engine::replay::replay(&trace, None, Some(SubjectSpec::Reference), None);
+    assert!(clean.passed(), "the reference cache diverges");
+    let mut work = Work::default();
+    let found = check(&config, &ops, &fault, &Relation::ALL, 4, &mut work)
+        .expect("runs")
+        .expect("--oracle self catches it");
+    assert_eq!(found.kind, DivergenceKind::Relation(Relation::WindowWidth));
+    assert!(
+        check(
+            &config,
+            &ops,
+            &SubjectSpec::Reference,
+            &Relation::ALL,
+            4,
+            &mut work
+        )
+        .expect("runs")
+        .is_none(),
+        "the reference cache breaks a relation"
+    );
+    // On drawn cases, as `run --oracle self` draws them.
+    let subject = after_read_reference(Some(Fault::TrimBeforeRead));
+    let capabilities = subject.capabilities().expect("in process");
+    let mut runner = TestRunner::new(ProptestConfig {
+        rng_seed: RngSeed::Fixed(5),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let sinks = PROFILES.iter().position(|p| p.name == "sinks").unwrap();
+    let caught = (0..50).find(|_| {
+        let (config, ops) =
+            domain::draw(sinks, &mut runner, 30, &subject, &capabilities).expect("draws");
+        check(&config, &ops, &subject, &Relation::ALL, 4, &mut work)
+            .expect("runs")
+            .is_some()
+    });
+    assert!(caught.is_some(), "no drawn case caught it");
+}
+
+/// The property suites in lockstep with the model, on the reference cache
+/// opening `after_read` alone: every dense profile without growth runs in
+/// that mode and reaches its events (those the mode can reach), and the
+/// cache agrees with the model op by op, views bit for bit.
+#[test]
+fn the_property_suites_pass_on_the_reference_cache_trimming_after_the_read() {
+    use kvcheck::subject::{Capabilities, ReferenceCache};
+    let capabilities = Capabilities {
+        trims: vec![kvcheck::Trim::AfterRead],
+        ..Capabilities::full()
+    };
+    let report =
+        kvcheck::engine::suite::assert_all("after-read", capabilities, |config, device| {
+            assert_eq!(config.trim, kvcheck::Trim::AfterRead);
+            Ok(Box::new(ReferenceCache::new(config, device)?))
+        });
+    let skipped: Vec<&str> = report.skipped.iter().map(|(name, _)| *name).collect();
+    assert_eq!(skipped, ["growth", "packed"], "{report}");
+}

@@ -15,7 +15,7 @@
 //! alone exceed `C` (which §1, `S < C`, rules out for every reachable
 //! state; the check stays so that the rule is stated where it applies).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::CacheError;
 use crate::model::Model;
@@ -23,6 +23,17 @@ use crate::op::CheckedWrite;
 use crate::outcome::Effect;
 
 impl Model {
+    /// The writer of each head of `position` as the latest op read it: the
+    /// resident position's writers, or, under `trim = "after_read"`, those
+    /// of a position the latest write read and then trimmed (its view
+    /// still holds that row). `None` for a position neither resident nor
+    /// trimmed by the latest op. Under `before_read` this is
+    /// [`Model::writers`].
+    pub fn read_writers(&self, position: u64) -> Option<&[Option<u64>]> {
+        self.writers(position)
+            .or_else(|| self.trimmed.get(&position).map(Vec::as_slice))
+    }
+
     /// The write steps 7–9 under `trim = "after_read"`, for a write whose
     /// checks 1–6 passed. On error the model is unchanged.
     pub(super) fn write_after_read(
@@ -60,6 +71,7 @@ impl Model {
             .map(|h| view.iter().map(|p| next.resident[p][h]).collect())
             .collect();
         // The trim: the oldest evictable positions go, the chunk's included.
+        let mut trimmed = BTreeMap::new();
         let total = next.resident.len();
         if total > next.capacity {
             let excess = total - next.capacity;
@@ -75,9 +87,11 @@ impl Model {
                 ));
             }
             for p in victims {
-                next.resident.remove(&p);
+                let writers = next.resident.remove(&p).expect("an evictable position");
+                trimmed.insert(p, writers);
             }
         }
+        next.trimmed = trimmed;
         *self = next;
         Ok(Effect {
             global_end: self.global_end,

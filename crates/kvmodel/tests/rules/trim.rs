@@ -95,6 +95,19 @@ fn writers_are_reported_as_read_before_the_trim() {
         Some(vec![vec![Some(0), Some(0), Some(0), Some(1), Some(1)]])
     );
     assert_eq!(model.resident().collect::<Vec<_>>(), vec![2, 3, 4]);
+    // The rows read then trimmed keep their writers for the view's check,
+    // until the next op.
+    assert_eq!(model.writers(0), None);
+    assert_eq!(model.read_writers(0), Some(&[Some(0)][..]));
+    assert_eq!(model.read_writers(4), Some(&[Some(1)][..]));
+    model.write(2, &Write::new(5, 0)).unwrap();
+    assert_eq!(model.read_writers(0), None);
+    // A refused op changes nothing, the trimmed rows included.
+    model.write(3, &Write::new(5, 2)).unwrap();
+    let before = model.clone();
+    assert!(model.write(4, &Write::new(9, 1)).is_err());
+    assert!(model.pin(1).is_err());
+    assert_eq!(model, before);
 }
 
 #[test]

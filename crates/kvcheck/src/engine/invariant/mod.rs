@@ -18,7 +18,7 @@
 //! | I1 | no view lists a position twice (§4) | every accepted write |
 //! | I2 | a written sink stays visible (§2, §4) | `[0, GS)`, and `[0, S)` while no pin stands, until a rewind below it or a reset |
 //! | I3 | a pinned position stays visible while its pin stands (§5) | accepted pins |
-//! | I4 | the view shows `min(held, W − |P|)` recent positions (with `r`: those `≥ s − r`) | from a reset (or the start) to the first accepted pin |
+//! | I4 | the view shows `min(held, W − |P|)` recent positions (with `r`: those `≥ s − r`); under `trim = "after_read"` those of the state before the write, and the chunk | from a reset (or the start) to the first accepted pin |
 //! | I5 | every exact-value row holds the latest accepted write's bytes, zeros where none (§3 step 9, §7) | dense, packed `quant = none`, and packed chunks certainly hot (§6); quantized cold rows stay the model's |
 //! | I6 | K and V hold `B × |view| × heads written × D` elements (§4) | subjects that return values |
 //! | I7 | an accepted op returns the contract's global end (§3) | every accepted op |
@@ -35,7 +35,7 @@ mod tests;
 
 use std::collections::BTreeSet;
 
-use kvmodel::Op;
+use kvmodel::{Op, Trim};
 
 use crate::check::record::{Plan, Seen, Transcript, ViewBytes};
 use crate::check::relation::Relation;
@@ -84,6 +84,16 @@ pub fn judge(invariant: Relation, plan: &Plan, run: &Transcript, values: bool) -
             break;
         }
         let end = state.end_after(op);
+        // Under after_read a write's view is read from the state before
+        // it (§3, trim modes): I4's width is taken before the write.
+        let read_width = match op {
+            Op::Write(w)
+                if invariant == Relation::WindowWidth && plan.config.trim == Trim::AfterRead =>
+            {
+                checked(w, plan.config.heads).and_then(|c| state.recent_shown_read(&c))
+            }
+            _ => None,
+        };
         state.accept(op, planned.payload);
         let found = match (invariant, view, op) {
             (Relation::GlobalEnd, _, _) => {
@@ -94,7 +104,11 @@ pub fn judge(invariant: Relation, plan: &Plan, run: &Transcript, values: bool) -
                 let Some(c) = checked(w, plan.config.heads) else {
                     continue;
                 };
-                on_view(invariant, plan, &state, &c, view, values, &mut ops)
+                let width = Width {
+                    read: read_width,
+                    values,
+                };
+                on_view(invariant, plan, &state, &c, view, width, &mut ops)
             }
             _ => None,
         };
@@ -139,6 +153,15 @@ fn broken(step: usize, ops: u64, expected: String, actual: String) -> Judgement 
     }
 }
 
+/// What [`on_view`] needs besides the state after the write.
+struct Width {
+    /// Under after_read, I4's width taken from the state before the write
+    /// ([`Derived::recent_shown_read`]); unused under before_read.
+    read: Option<u64>,
+    /// Whether the subject returns view bytes.
+    values: bool,
+}
+
 /// The invariants read on the view of an accepted write, after the write
 /// was applied to `state`; `ops` counts the views judged.
 fn on_view(
@@ -147,9 +170,11 @@ fn on_view(
     state: &Derived,
     c: &state::Checked,
     view: &ViewBytes,
-    values: bool,
+    width: Width,
     ops: &mut u64,
 ) -> Option<(String, String)> {
+    let values = width.values;
+    let after_read = plan.config.trim == Trim::AfterRead;
     let shown: BTreeSet<u64> = view.positions.iter().copied().collect();
     let seen = || {
         format!(
@@ -195,14 +220,22 @@ fn on_view(
             missing("pinned positions", &mut pin.into_iter())
         }
         Relation::WindowWidth => {
-            let want = state.recent_shown(c)?;
+            let want = if after_read {
+                width.read?
+            } else {
+                state.recent_shown(c)?
+            };
             *ops += 1;
             let sink = plan.config.sink as u64;
             let got = shown.iter().filter(|&&p| p >= sink).count() as u64;
             (got != want).then(|| {
-                let rule = match c.recent {
-                    None => "W − |P| allows",
-                    Some(_) => "the recent window reaches",
+                let rule = match (c.recent, after_read) {
+                    (None, false) => "W − |P| allows",
+                    (Some(_), false) => "the recent window reaches",
+                    (None, true) => "W − |P| allows before the write, and the whole chunk",
+                    (Some(_), true) => {
+                        "the recent window reaches before the write, and the whole chunk"
+                    }
                 };
                 (
                     format!("{want} recent positions (≥ S = {sink}) in the view: as many as {rule} of those held"),

@@ -348,6 +348,25 @@ impl Derived {
             .is_some_and(|c| c.exact && position < c.start + c.len)
     }
 
+    /// Under `trim = "after_read"` (§3, trim modes): the number of recent
+    /// (non-sink) positions the view of write `c` must show, asked of the
+    /// state **before** the write: the recent part of that state's §4 view
+    /// (a contiguous top `[a, G)` of the tail) together with the chunk's
+    /// positions at or above `S`, counted once where they overlap.
+    pub fn recent_shown_read(&self, c: &Checked) -> Option<u64> {
+        let r = self.retention?;
+        let (s, g) = (self.sink(), self.global_end);
+        let held = g.saturating_sub(r.tail);
+        let old = match c.recent {
+            None => held.min((r.window as u64).saturating_sub(s.min(g))),
+            Some(recent) => g.saturating_sub(r.tail.max(c.start.saturating_sub(recent))),
+        };
+        let from = g - old;
+        let chunk = c.start.max(s)..c.end.max(c.start.max(s));
+        let overlap = g.min(chunk.end).saturating_sub(from.max(chunk.start));
+        Some(old + (chunk.end - chunk.start) - overlap)
+    }
+
     /// The number of recent (non-sink) positions the view of write `c`
     /// must show (§4), while the ops alone decide the resident set.
     pub fn recent_shown(&self, c: &Checked) -> Option<u64> {

@@ -315,3 +315,41 @@ fn i7_and_i8_flag_a_gap_and_a_wrong_end() {
     );
     assert_eq!(judged(Relation::GlobalEnd, &plan, &good).violation, None);
 }
+
+/// Under `trim = "after_read"` every invariant passes the reference
+/// cache's runs (I4 judging the width of the view before the write and
+/// the chunk), and I4 flags the cache that claims after_read but trims
+/// before the read: at a full cache its chunk sees `W − n` older
+/// positions instead of the whole view before it.
+#[test]
+fn after_read_runs_pass_and_a_trim_before_the_read_breaks_i4() {
+    use crate::subject::Fault;
+    let after_read = |capacity, sink, window| Config {
+        trim: kvmodel::Trim::AfterRead,
+        ..dense(capacity, sink, window)
+    };
+    let ops = [
+        w(0, 4),
+        w(4, 2),
+        w(6, 0),
+        Op::write(6, 3, None, Some(2)),
+        w(7, 2),
+        Op::Evict { tokens: 1 },
+        w(9, 1),
+        Op::Reset,
+        w(0, 2),
+        w(2, 5),
+    ];
+    for config in [after_read(4, 1, None), after_read(6, 1, Some(4))] {
+        let (plan, good) = run(&SubjectSpec::Reference, &config, &ops);
+        for every in Relation::INVARIANTS {
+            let j = judged(every, &plan, &good);
+            assert_eq!(j.violation, None, "{every} on {config:?}");
+        }
+        assert!(judged(Relation::WindowWidth, &plan, &good).ops > 0);
+        let (plan, bad) = run(&SubjectSpec::Fault(Fault::TrimBeforeRead), &config, &ops);
+        let found = judged(Relation::WindowWidth, &plan, &bad);
+        let violation = found.violation.expect("I4 flags a trim before the read");
+        assert_eq!(violation.step, 1, "{violation:?}");
+    }
+}

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use kvmodel::{Op, Quant, Variant, Write};
+use kvmodel::{Op, Quant, Trim, Variant, Write};
 
 mod build;
 
@@ -211,8 +211,16 @@ fn candidates(
 /// window, and accepted; no pin; packed prefixes hold nothing but appends
 /// and resets (a rewind target that is a chunk boundary in one run is not
 /// in the other). M7 judges that prefix whatever follows it.
+///
+/// Under `trim = "after_read"` the domain is empty: a chunk reads the
+/// whole view before it, so one append of `n` rows shows up to `n − 1`
+/// older positions more than its last one-row piece, which reads a state
+/// the earlier pieces have already trimmed (docs/contract.md §9).
 fn chunking_prefix(original: &Plan, run: &Transcript) -> usize {
     let config = &original.config;
+    if config.trim == Trim::AfterRead {
+        return 0;
+    }
     let variant_ok = match config.variant {
         Variant::Dense => true,
         Variant::Packed => config.packed_policy().quant == Quant::None,

@@ -291,8 +291,34 @@ pub const PROFILES: &[Profile] = &[
 /// subject supports any of them.
 pub(super) const PROFILE_SAMPLES: usize = 256;
 
+/// `config` in each trim mode `capabilities` open that the contract allows
+/// for it (docs/contract.md §1: `after_read` needs the dense variant
+/// without growth), the profile's own mode first. A profile draws its
+/// configurations in the default mode; a subject that opens `after_read`
+/// gets them in that mode as well, so that every profile that fits a
+/// cache trimming after the read is drawn for it.
+pub fn with_trims(config: &Config, capabilities: &Capabilities) -> Vec<Config> {
+    let mut out = Vec::new();
+    for &trim in &capabilities.trims {
+        let candidate = Config {
+            trim,
+            ..config.clone()
+        };
+        if !out.contains(&candidate) && candidate.validate().is_ok() {
+            out.push(candidate);
+        }
+    }
+    if out.is_empty() {
+        // Nothing the subject opens: keep the profile's config, which the
+        // capability filter then rejects with its reason.
+        out.push(config.clone());
+    }
+    out
+}
+
 /// `Ok` when `capabilities` allow some configuration of `profile` (judged
-/// on a fixed sample of its configurations); otherwise why not.
+/// on a fixed sample of its configurations, in every trim mode the
+/// subject opens); otherwise why not.
 pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result<(), Unsupported> {
     use proptest::strategy::ValueTree as _;
     let mut runner = TestRunner::deterministic();
@@ -302,10 +328,12 @@ pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result
         let Ok(tree) = configs.new_tree(&mut runner) else {
             break;
         };
-        match capabilities.supports_config(&tree.current()) {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                first.get_or_insert(e);
+        for config in with_trims(&tree.current(), capabilities) {
+            match capabilities.supports_config(&config) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
             }
         }
     }
@@ -320,7 +348,8 @@ pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result
 }
 
 /// The configurations of `profile` that `capabilities` allow (check
-/// [`profile_support`] first: a profile with none rejects every draw).
+/// [`profile_support`] first: a profile with none rejects every draw),
+/// each in one of the trim modes the subject opens ([`with_trims`]).
 pub fn profile_configs(
     profile: &Profile,
     capabilities: Arc<Capabilities>,
@@ -328,7 +357,9 @@ pub fn profile_configs(
     if capabilities.is_full() {
         return (profile.configs)();
     }
+    let trims = Arc::clone(&capabilities);
     (profile.configs)()
+        .prop_flat_map(move |config| proptest::sample::select(with_trims(&config, &trims)))
         .prop_filter("unsupported by the subject", move |config| {
             capabilities.supports_config(config).is_ok()
         })

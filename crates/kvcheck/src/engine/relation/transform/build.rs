@@ -1,9 +1,31 @@
 //! Building one instance of a relation: the transformed plan for one
 //! candidate place, and the pairs of steps it is compared on.
 
-use kvmodel::{Op, Write};
+use kvmodel::{Op, Trim, Write};
 
 use super::*;
+
+/// Whether the view of a write in the transformed run can be compared
+/// with the view of the same request in the other run when the two read
+/// different states. Under `trim = "before_read"` a write's view depends
+/// only on the state after it, which both runs share; under `after_read`
+/// it depends on the state before it, which differs once an earlier
+/// write of the pair (a first head half, the first of a repeated write,
+/// an append the rewrite follows) has added positions and trimmed. The
+/// write at step `at` of `original` added positions when it ends past the
+/// global end before it, as the run showed.
+fn reread_view_comparable(original: &Plan, run: &Transcript, at: usize) -> bool {
+    if original.config.trim != Trim::AfterRead {
+        return true;
+    }
+    let adds = match original.steps.get(at).map(|s| &s.op) {
+        Some(Op::Write(w)) => {
+            w.start.saturating_add(w.len).max(0) as u64 > run.global_end_before(at)
+        }
+        _ => false,
+    };
+    !adds
+}
 
 /// The instance of `relation` at candidate `at` (see `candidates`), or
 /// none when that place turns out to lie outside the relation's domain
@@ -99,7 +121,7 @@ pub(super) fn build(
                 payload: step.payload,
             };
             let (plan, pairs) = splice(original, at, vec![part(0, h), part(h, heads - h)]);
-            let pairs = insert_pairs(
+            let mut pairs = insert_pairs(
                 pairs,
                 Pair {
                     original: at,
@@ -107,14 +129,22 @@ pub(super) fn build(
                     part: Part::Heads(0..h as usize),
                 },
             );
-            let pairs = insert_pairs(
-                pairs,
-                Pair {
-                    original: at,
-                    transformed: at + 1,
-                    part: Part::Heads(h as usize..config.heads),
-                },
-            );
+            // Under after_read the second half reads the state the first
+            // half trimmed, and is refused where that trim took rows of
+            // its own chunk (see `reread_view_comparable`).
+            if config.trim == Trim::AfterRead {
+                required.push(at + 1);
+            }
+            if reread_view_comparable(original, run, at) {
+                pairs = insert_pairs(
+                    pairs,
+                    Pair {
+                        original: at,
+                        transformed: at + 1,
+                        part: Part::Heads(h as usize..config.heads),
+                    },
+                );
+            }
             (
                 format!("op {at} written as heads [0, {h}) then [{h}, {heads})"),
                 plan,
@@ -161,14 +191,16 @@ pub(super) fn build(
                     part: Part::Whole,
                 },
             );
-            pairs = insert_pairs(
-                pairs,
-                Pair {
-                    original: at,
-                    transformed: at + 1,
-                    part: Part::Whole,
-                },
-            );
+            if reread_view_comparable(original, run, at) {
+                pairs = insert_pairs(
+                    pairs,
+                    Pair {
+                        original: at,
+                        transformed: at + 1,
+                        part: Part::Whole,
+                    },
+                );
+            }
             (format!("op {at} repeated with the same rows"), plan, pairs)
         }
         Relation::ProbePure if at >= n => {
@@ -296,15 +328,19 @@ pub(super) fn build(
                 op: original.steps[i].op,
                 payload: other,
             };
-            let (plan, pairs) = splice(original, i, vec![original.steps[i], rewrite]);
-            let pairs = insert_pairs(
-                pairs,
-                Pair {
-                    original: i,
-                    transformed: i + 1,
-                    part: Part::Whole,
-                },
-            );
+            let (plan, mut pairs) = splice(original, i, vec![original.steps[i], rewrite]);
+            // An append adds positions: under after_read its rewrite reads
+            // the trimmed state, so only the later ops are compared.
+            if reread_view_comparable(original, run, i) {
+                pairs = insert_pairs(
+                    pairs,
+                    Pair {
+                        original: i,
+                        transformed: i + 1,
+                        part: Part::Whole,
+                    },
+                );
+            }
             base = Some(with_rows);
             required.push(i + 1);
             (
@@ -322,14 +358,16 @@ pub(super) fn build(
             let mut plan = plan;
             plan.steps[at] = direct;
             let mut pairs: Vec<Pair> = pairs.into_iter().filter(|p| p.original != at).collect();
-            pairs = insert_pairs(
-                pairs,
-                Pair {
-                    original: at + 1,
-                    transformed: at,
-                    part: Part::Whole,
-                },
-            );
+            if reread_view_comparable(original, run, at) {
+                pairs = insert_pairs(
+                    pairs,
+                    Pair {
+                        original: at + 1,
+                        transformed: at,
+                        part: Part::Whole,
+                    },
+                );
+            }
             (
                 format!(
                     "op {at} appending the rows op {} rewrote, without it",
