@@ -62,6 +62,9 @@ FAULTS = {
     "tokens leaves the sink out of its view (a fast path that forgets the protected rows)",
     "refusal-moves-end": "a write refused after its arguments were checked (evicted, "
     "chunk_too_large, window_too_small) has already moved the global end to its end",
+    "trim-before-read": "opens trim \"after_read\" configs but trims before the read, as "
+    "the default mode does: a chunk at a full cache sees W - n older positions instead of the "
+    "whole view before it",
 }
 
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -161,6 +164,7 @@ def parse_config(raw):
         "window": raw.get("window"),
         "growth": bool(raw.get("growth", False)),
         "global_sink": raw.get("global_sink", 0),
+        "trim": raw.get("trim", "before_read"),
         "packed": None,
     }
 
@@ -210,6 +214,14 @@ def parse_config(raw):
         if policy["quant"] not in QUANT_MAX_CODE:
             bad("packed", "quant must be none, int8 or int4, got %r" % (policy["quant"],))
         config["packed"] = policy
+    # docs/contract.md §3, trim modes: after_read is a rule of the dense
+    # rolling cache without growth.
+    if config["trim"] not in kvcheck.TRIMS:
+        bad("trim", "must be \"before_read\" or \"after_read\", got %r" % (config["trim"],))
+    if config["trim"] == "after_read" and config["variant"] == "packed":
+        bad("trim", "\"after_read\" is only allowed with variant \"dense\"")
+    if config["trim"] == "after_read" and config["growth"]:
+        bad("trim", "\"after_read\" cannot be combined with growth (a growing cache never trims)")
     elements = config["batch"] * config["heads"] * config["head_dim"] * config["capacity"]
     if elements > MAX_ELEMENTS:
         bad(
@@ -401,6 +413,8 @@ class Cache:
                     "evicted: write [%d, %d) rewrites position %d, which is not resident "
                     "(resident: %s)" % (s, end, p, format_ranges(sorted(self.resident))),
                 )
+        if self.config["trim"] == "after_read" and self.fault != "trim-before-read":
+            return self.write_after_read(index, body, s, n, r, head_range, k, v)
         # 7. Make room: grow, or evict the oldest evictable positions outside the write.
         nxt = self.clone()
         new_from = gap_from if gap_from is not None else max(s, g)
@@ -475,6 +489,54 @@ class Cache:
         if body.get("recent_window") is not None and body["recent_window"] < 0:
             raise ValueError("recent_window_tokens must be >= 0 or None")
         return self.view_payload(view, head_range)
+
+    def write_after_read(self, index, body, s, n, r, head_range, k, v):
+        """docs/contract.md §3 write under trim "after_read", after checks 1-6:
+        the view is the view before the write and the whole chunk; the chunk
+        is committed; then the oldest evictable positions go while |R| > C,
+        the chunk's own included."""
+        end, g = s + n, self.global_end
+        view = sorted(set(self.view(None if r is None else (s, r))) | set(range(s, end)))
+        k_rows = self.split_payload("k", k, n, head_range)
+        v_rows = self.split_payload("v", v, n, head_range)
+        nxt = self.clone()
+        for p in range(max(s, g), end):
+            nxt.resident[p] = [None] * self.config["heads"]
+        nxt.global_end = max(g, end)
+        for i, p in enumerate(range(s, end)):
+            for h in head_range:
+                nxt.resident[p][h] = index
+                for b in range(self.config["batch"]):
+                    key = (p, b, h)
+                    if self.fault == "stale-rewrite" and p < g and key in nxt.rows:
+                        continue
+                    nxt.rows[key] = (k_rows[(b, i, h)], v_rows[(b, i, h)])
+        if self.fault == "long-append-hides-sink" and nxt.evicted_any and s == g and n >= 3:
+            view = [p for p in view if p >= self.config["sink"]]
+        # The read comes first: the rows the trim drops are in the view.
+        read = nxt.view_payload(view, head_range)
+        excess = len(nxt.resident) - nxt.capacity
+        if excess > 0:
+            if self.fault == "roll-ignores-sink":
+                candidates = sorted(nxt.resident)
+            else:
+                candidates = nxt.evictable()
+            victims = candidates[:excess]
+            if len(victims) < excess:
+                raise ContractError(
+                    "chunk_too_large",
+                    "chunk_too_large: write [%d, %d) leaves %d protected positions in capacity %d"
+                    % (s, end, len(nxt.protected()), nxt.capacity),
+                )
+            for p in victims:
+                nxt.drop(p)
+            nxt.evicted_any = True
+            if nxt.pin is not None and any(nxt.pin[0] <= p < nxt.pin[1] for p in victims):
+                nxt.pin = None
+        self.__dict__.update(nxt.__dict__)
+        if body.get("recent_window") is not None and body["recent_window"] < 0:
+            raise ValueError("recent_window_tokens must be >= 0 or None")
+        return read
 
     def split_payload(self, which, data, n, head_range):
         """Payload bytes [B, n, hc, D] -> {(b, i, h): row bytes}."""
@@ -648,9 +710,10 @@ class Cache:
 
 
 class Reference(kvcheck.Subject):
-    """Every variant, dtype, op and feature; K/V as the bytes sent."""
+    """Every variant, dtype, op, feature and trim mode; K/V as the bytes sent."""
 
     features = kvcheck.FEATURES
+    trims = kvcheck.TRIMS
     arrays = "bytes"
     reports = ("capacity", "resident_bytes")
 

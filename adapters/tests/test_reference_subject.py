@@ -33,6 +33,8 @@ VECTORS = sorted(glob.glob(os.path.join(ROOT, "tests", "vectors", "*.kvtrace.jso
 REGRESSIONS = sorted(glob.glob(os.path.join(ROOT, "tests", "regressions", "*.kvtrace.json")))
 # Traces of this folder that pin what the vectors leave open (a probe after a refusal).
 LOCAL = sorted(glob.glob(os.path.join(HERE, "traces", "*.kvtrace.json")))
+# Traces of the other trim mode (docs/contract.md §3, trim modes: after_read).
+TRIM_TRACES = sorted(glob.glob(os.path.join(ROOT, "tests", "trims", "*.kvtrace.json")))
 
 
 def load(path):
@@ -57,7 +59,8 @@ class ReplayTraces(unittest.TestCase):
         self.assertGreaterEqual(len(REGRESSIONS), 13)
 
     def test_every_trace_agrees_exactly(self):
-        for path in VECTORS + REGRESSIONS + LOCAL:
+        self.assertTrue(TRIM_TRACES)
+        for path in VECTORS + REGRESSIONS + LOCAL + TRIM_TRACES:
             with self.subTest(trace=os.path.basename(path)):
                 self.assertEqual(kvtrace_replay.replay(self.subject, load(path), exact_kinds=True), [])
 
@@ -68,12 +71,23 @@ class ReplayTraces(unittest.TestCase):
         self.assertEqual(len(caps["features"]), 6)
         self.assertTrue(caps["values"] and caps["view"])
 
+    def test_hello_of_revision_4_declares_both_trim_modes(self):
+        subject = kvtrace_replay.Subject(SUBJECT)
+        try:
+            hello = subject.request({"hello": {"protocol": "kvcheck-subject/1", "revision": 4}})["hello"]
+            self.assertEqual(hello["capabilities"]["trims"], ["before_read", "after_read"])
+            # An older harness refuses the field and sends before_read only.
+            hello = subject.request({"hello": {"protocol": "kvcheck-subject/1", "revision": 3}})["hello"]
+            self.assertNotIn("trims", hello["capabilities"])
+        finally:
+            self.assertEqual(subject.close(), 0)
+
 
 class FaultsAreCaught(unittest.TestCase):
     """Each planted bug makes at least one trace disagree with its expect."""
 
     def test_each_fault_is_caught(self):
-        traces = [(p, load(p)) for p in VECTORS + REGRESSIONS + LOCAL]
+        traces = [(p, load(p)) for p in VECTORS + REGRESSIONS + LOCAL + TRIM_TRACES]
         for fault in sorted(FAULTS):
             with self.subTest(fault=fault):
                 subject = kvtrace_replay.Subject(SUBJECT + " --fault " + fault)
@@ -125,6 +139,25 @@ class Protocol(unittest.TestCase):
         self.assertIn("sink", response["err"]["message"])
         self.assertEqual(self.open(variant="packed", growth=True)["err"]["kind"], "invalid_config")
         self.assertEqual(self.open(window=0)["err"]["kind"], "invalid_config")
+        # Trimming after the read: dense without growth only, named `trim`.
+        for config in ({"variant": "packed"}, {"growth": True}, {}):
+            response = self.open(trim="after_read" if config else "sideways", **config)
+            self.assertEqual(response["err"]["kind"], "invalid_config", config)
+            self.assertIn("trim", response["err"]["message"], config)
+        self.assertIn("ok", self.open(trim="after_read"))
+
+    def test_after_read_reads_the_old_view_and_the_chunk_then_trims(self):
+        self.assertIn("ok", self.open(capacity=4, sink=1, trim="after_read"))
+        self.assertEqual(self.write(0, 0, 4)["ok"]["visible"], [0, 1, 2, 3])
+        ok = self.write(1, 4, 2, payload=struct.pack("<2f", 7.0, 8.0))["ok"]
+        self.assertEqual(ok["visible"], [0, 1, 2, 3, 4, 5])
+        # Rows 1 and 2 were read, then trimmed: they hold their bytes.
+        self.assertEqual(base64.b64decode(ok["k"])[4:12], struct.pack("<2f", 1.5, 1.5))
+        self.assertEqual(self.subject.request({"view": {}})["ok"]["visible"], [0, 3, 4, 5])
+        self.assertEqual(self.write(2, 1, 1)["err"]["kind"], "evicted")
+        # A chunk longer than the room keeps its last part, never refused.
+        self.assertEqual(self.write(3, 6, 5, payload=bytes(20))["ok"]["visible"], list(range(0, 1)) + list(range(3, 11)))
+        self.assertEqual(self.subject.request({"view": {}})["ok"]["visible"], [0, 8, 9, 10])
 
     def test_garbage_line_gets_an_exception_response(self):
         self.subject.process.stdin.write("not json\n")

@@ -17,6 +17,7 @@ from .subject import (
     ERROR_KINDS,
     FEATURES,
     PROTOCOL,
+    TRIMS,
     VARIANTS,
     AdapterError,
     Outside,
@@ -40,6 +41,7 @@ __all__ = [
     "Refused",
     "Subject",
     "TooFewJudged",
+    "TRIMS",
     "VARIANTS",
     "serve",
 ]

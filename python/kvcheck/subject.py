@@ -42,10 +42,16 @@ The subclass API (stable):
   "after_append" | "none", `gaps`, `oversized`, `malformed` (booleans),
   `evict` and `pin` "any" | "scene_cut"; revision 3, DOMAIN_FIELDS and
   docs/subject-protocol.md say what each admits). kvcheck then draws
-  only inside it.
+  only inside it. `trims` (("before_read",) default: the trim modes the
+  cache opens, any of `TRIMS`, docs/contract.md §3 "Trim modes"): a cache
+  that reads a chunk beside the whole old view and trims to its capacity
+  only afterwards (StreamingLLM, Hugging Face `SinkCache`) declares
+  `trims = ("after_read",)`, or both modes if it implements both;
+  revision 4, sent only when it is not the default.
 - `global_end`: an attribute or property, read after every successful op.
 - `open(config)`: required. `config` is the kvtrace/1 config dict with every
-  field filled in. Called for every case; it must discard any previous cache.
+  field filled in (`"trim"` included: "before_read" unless the harness sent
+  another mode). Called for every case; it must discard any previous cache.
 - `write(start, length, heads, recent_window, k, v)`: required. `heads` is
   None (all heads) or the pair `(first, count)` as the op names it;
   `recent_window` is None or an int. `k` and `v` hold
@@ -85,8 +91,9 @@ from . import _arrays
 PROTOCOL = "kvcheck-subject/1"
 # Revision 2 of kvcheck-subject/1 adds `reports` (capacity, resident_bytes)
 # and `adapter` exceptions; revision 3 the `outside` answer and the `domain`
-# capability. A harness says which revision it speaks in hello.
-REVISION = 3
+# capability; revision 4 the `trims` capability. A harness says which
+# revision it speaks in hello.
+REVISION = 4
 
 ERROR_KINDS = (
     "invalid_argument",
@@ -107,6 +114,9 @@ DTYPES = ("f32", "f16", "bf16")
 FEATURES = ("growth", "head_ranges", "recent_window", "window", "global_sink", "quant")
 OPTIONAL_OPS = ("rewind", "evict", "pin", "reset")
 REPORTS = ("capacity", "resident_bytes")
+# The trim modes of docs/contract.md §3 (revision 4); the first is the
+# default, the only mode of a subject that declares nothing.
+TRIMS = ("before_read", "after_read")
 # The fields of a `domain` declaration (revision 3) and the values each
 # takes: a tuple of strings, bool, or "chunks" (any, {"lengths": [n, ...]},
 # {"multiple": n}).
@@ -199,6 +209,7 @@ class Subject:
     ops = None
     reports = ()
     domain = None
+    trims = ("before_read",)
 
     @classmethod
     def from_args(cls, argv):
@@ -249,6 +260,10 @@ class Subject:
             caps["reports"] = list(self.reports)
         if self.domain is not None and revision >= 3:
             caps["domain"] = json_domain(self.domain)
+        # Absent means before_read alone, which is also all an older
+        # harness (revision 3 or less) can send: it refuses the field.
+        if tuple(self.trims) != TRIMS[:1] and revision >= 4:
+            caps["trims"] = list(self.trims)
         return caps
 
     def validate(self):
@@ -259,12 +274,15 @@ class Subject:
             ("features", FEATURES),
             ("ops", ("write",) + OPTIONAL_OPS),
             ("reports", REPORTS),
+            ("trims", TRIMS),
         ):
             value = getattr(self, attr)
             if value is None and attr == "ops":
                 continue
             if isinstance(value, str) or not all(v in allowed for v in value):
                 raise ValueError("%s.%s = %r: expected a sequence of %s" % (type(self).__name__, attr, value, ", ".join(allowed)))
+        if not self.trims:
+            raise ValueError("%s.trims = (): declare at least one of %s" % (type(self).__name__, ", ".join(TRIMS)))
         if self.arrays not in _arrays.ARRAYS:
             raise ValueError("%s.arrays = %r: expected one of %s" % (type(self).__name__, self.arrays, ", ".join(_arrays.ARRAYS)))
         if self.layout not in _arrays.LAYOUTS:
@@ -359,6 +377,10 @@ class Session:
         self.config = None
         if not isinstance(config, dict):
             return {"err": {"kind": "invalid_config", "message": "open carries no config object"}}
+        # kvtrace/1 leaves the default trim mode unwritten; the subject
+        # gets every field filled in.
+        config = dict(config)
+        config.setdefault("trim", TRIMS[0])
         try:
             if self.subject.arrays == "numpy":
                 _arrays.import_numpy()

@@ -230,15 +230,17 @@ fn on_view(
             let got = shown.iter().filter(|&&p| p >= sink).count() as u64;
             (got != want).then(|| {
                 let rule = match (c.recent, after_read) {
-                    (None, false) => "W − |P| allows",
-                    (Some(_), false) => "the recent window reaches",
-                    (None, true) => "W − |P| allows before the write, and the whole chunk",
+                    (None, false) => "as many as W − |P| allows of those held",
+                    (Some(_), false) => "as many as the recent window reaches of those held",
+                    (None, true) => {
+                        "as many as W − |P| allowed of those held before the write, and the whole chunk"
+                    }
                     (Some(_), true) => {
-                        "the recent window reaches before the write, and the whole chunk"
+                        "as many as the recent window reached of those held before the write, and the whole chunk"
                     }
                 };
                 (
-                    format!("{want} recent positions (≥ S = {sink}) in the view: as many as {rule} of those held"),
+                    format!("{want} recent positions (≥ S = {sink}) in the view: {rule}"),
                     format!("{} ({got} recent)", seen()),
                 )
             })
