@@ -336,7 +336,8 @@ impl fmt::Display for Divergence {
 
 impl std::error::Error for Divergence {}
 
-/// A compact config description: `dense C=8 S=2 W=8 B=1 H=2 D=4 f32`.
+/// A compact config description: `dense C=8 S=2 W=8 B=1 H=2 D=4 f32`
+/// (`trim=after_read` added for that mode).
 pub fn describe_config(c: &Config) -> String {
     let mut s = format!(
         "{} C={} S={} W={} B={} H={} D={} {}",
@@ -357,6 +358,10 @@ pub fn describe_config(c: &Config) -> String {
     }
     if c.global_sink > 0 {
         s.push_str(&format!(" GS={}", c.global_sink));
+    }
+    // Only the mode that is not the default is named, as in kvtrace/1.
+    if !c.trim.is_default() {
+        s.push_str(&format!(" trim={}", c.trim.name()));
     }
     if c.variant == Variant::Packed {
         let p = c.packed_policy();

@@ -232,3 +232,29 @@ fn an_invalid_config_through_the_api_is_an_error_not_a_panic() {
     let setup = report.setup_error.expect("a setup error");
     assert!(setup.contains("sink"), "{setup}");
 }
+
+/// The worked example of docs/kvtrace.md "Trim modes" is what the model
+/// says, op by op, and the same ops trimming before the read differ where
+/// the document says they do.
+#[test]
+fn the_trim_modes_example_of_kvtrace_md_is_the_models() {
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/kvtrace.md");
+    let text = std::fs::read_to_string(&doc).expect("docs/kvtrace.md");
+    let section = &text[text.find("## Trim modes").expect("a trim modes section")..];
+    let start = section.find("```json\n").expect("a json block") + "```json\n".len();
+    let end = start + section[start..].find("```").expect("the block ends");
+    let trace = Trace::from_json(&section[start..end]).expect("a valid trace");
+    assert_eq!(trace.config.trim, kvcheck::Trim::AfterRead);
+    let expect = trace.expect.clone().expect("the example carries expect");
+    assert_eq!(trace.model_outcomes().unwrap(), expect);
+    let mut before = trace.clone();
+    before.config.trim = kvcheck::Trim::BeforeRead;
+    let kinds: Vec<String> = before
+        .model_outcomes()
+        .unwrap()
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    assert!(kinds[1].contains("[0,3,4,5]"), "{}", kinds[1]);
+    assert!(kinds[4].contains("chunk_too_large"), "{}", kinds[4]);
+}
