@@ -97,9 +97,14 @@ fn refusal(error: &kvcache::Error) -> Value {
 }
 
 fn hello(name: &str, c: &Capabilities) -> Value {
-    json!({"hello": {"protocol": PROTOCOL, "name": name, "capabilities": {
+    let mut hello = json!({"hello": {"protocol": PROTOCOL, "name": name, "capabilities": {
         "variants": c.variants, "dtypes": c.dtypes, "ops": c.ops,
-        "features": c.features, "values": c.values, "view": c.view}}})
+        "features": c.features, "values": c.values, "view": c.view}}});
+    // Revision 4: the trim modes, sent only when not the default alone.
+    if c.trims != Capabilities::full().trims {
+        hello["hello"]["capabilities"]["trims"] = json!(c.trims);
+    }
+    hello
 }
 
 impl Server {

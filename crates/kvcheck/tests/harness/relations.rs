@@ -615,3 +615,58 @@ fn the_property_suites_pass_on_the_reference_cache_trimming_after_the_read() {
     let skipped: Vec<&str> = report.skipped.iter().map(|(name, _)| *name).collect();
     assert_eq!(skipped, ["growth", "packed"], "{report}");
 }
+
+/// The trim modes cross kvcheck-subject/1 (revision 4): `kvcheck serve`
+/// of the reference cache declares both in its hello and passes the
+/// after_read trace, the served fault that trims before the read fails
+/// it, a served shipped cache declares nothing and the trace is skipped
+/// there; and `--oracle self` catches the fault through the process.
+#[test]
+fn trim_modes_cross_the_protocol() {
+    use kvcheck::check::divergence::DivergenceKind;
+    use kvcheck::subject::ExecSubject;
+    use std::sync::Arc;
+    let served = |subject: &str| {
+        let command = format!(
+            "{} serve --subject {subject}",
+            env!("CARGO_BIN_EXE_kvcheck")
+        );
+        SubjectSpec::Exec(Arc::new(ExecSubject::new(&command).expect("a command")))
+    };
+    let trace_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/trims/after_read.kvtrace.json");
+    let trace = kvcheck::Trace::load(&trace_path).expect("the trace");
+    let reference = served("reference");
+    assert_eq!(
+        reference.capabilities().unwrap().trims,
+        kvcheck::Trim::ALL.to_vec()
+    );
+    let report = kvcheck::engine::replay::replay(&trace, None, Some(reference), None);
+    assert!(
+        report.passed() && report.skipped.is_none(),
+        "{:?}",
+        report.failure()
+    );
+    let fault = served("fault:trim-before-read");
+    let report = kvcheck::engine::replay::replay(&trace, None, Some(fault.clone()), None);
+    assert!(!report.passed());
+    let cache = served("cache");
+    assert_eq!(
+        cache.capabilities().unwrap().trims,
+        vec![kvcheck::Trim::BeforeRead]
+    );
+    let report = kvcheck::engine::replay::replay(&trace, None, Some(cache), None);
+    assert!(report.skipped.is_some());
+    let mut work = Work::default();
+    let found = check(
+        &trace.config,
+        &trace.ops,
+        &fault,
+        &Relation::ALL,
+        4,
+        &mut work,
+    )
+    .expect("runs")
+    .expect("--oracle self catches it through a process");
+    assert_eq!(found.kind, DivergenceKind::Relation(Relation::WindowWidth));
+}
