@@ -59,8 +59,8 @@ fn traces(dir: &Path) -> Vec<PathBuf> {
 fn reproduce(stdout: &str) -> String {
     stdout
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("reproduce: "))
-        .last()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("reproduce: "))
         .unwrap_or_else(|| panic!("no reproduce line:\n{stdout}"))
         .to_string()
 }
