@@ -42,12 +42,19 @@ fn stale_rewrite(capabilities: Capabilities) -> SubjectSpec {
 
 #[test]
 fn shipped_and_constructed_subjects_have_every_capability() {
-    for subject in [
-        SubjectSpec::Cache,
-        SubjectSpec::Reference,
-        SubjectSpec::Fault(Fault::StaleRewrite),
-    ] {
+    for subject in [SubjectSpec::Cache, SubjectSpec::Fault(Fault::StaleRewrite)] {
         assert!(subject.capabilities().unwrap().is_full());
+    }
+    // The naive cache opens the other trim mode too, and so does the
+    // fault that claims it (docs/contract.md §3, trim modes).
+    for subject in [
+        SubjectSpec::Reference,
+        SubjectSpec::Fault(Fault::TrimBeforeRead),
+    ] {
+        assert_eq!(
+            subject.capabilities().unwrap(),
+            kvcheck::Capabilities::full_with_after_read()
+        );
     }
 }
 

@@ -104,6 +104,8 @@ pub(super) fn simpler_configs(c: &Config) -> Vec<Config> {
         }
     };
     push(&|n| n.dtype = Dtype::F32);
+    // The default trim mode is the simpler contract (docs/contract.md §3).
+    push(&|n| n.trim = kvmodel::Trim::BeforeRead);
     push(&|n| n.growth = false);
     push(&|n| n.window = None);
     push(&|n| n.seed = 0);

@@ -270,6 +270,14 @@ fn minimize_general(
     let (ops, divergence) = state.cut(&trace.config, &trace.ops, state.divergence.clone());
     state.ops = ops;
     state.divergence = divergence;
+    // A failure that the default trim mode shows as well is reported in
+    // that mode, the simpler contract: tried on the whole trace before the
+    // ops shrink (and on every candidate after, `Reducer::try_candidate`).
+    if !state.config.trim.is_default() {
+        let ops = state.ops.clone();
+        let config = state.config.clone();
+        state.try_candidate(&config, &ops);
+    }
     let mut passes = Vec::new();
     loop {
         let start = state.size();

@@ -62,6 +62,24 @@ impl Reducer {
     /// Runs a candidate; if it fails the same way and is no bigger, it
     /// becomes the current trace (cut after its divergence step).
     pub(super) fn try_candidate(&mut self, config: &Config, ops: &[Op]) -> bool {
+        // A candidate of the other trim mode is tried in the default mode
+        // first (docs/contract.md §3): where the failure shows there too,
+        // the simpler contract reproduces it, and the shrinking that
+        // follows is not held back by what the trim after the read needs
+        // (a chunk that survives its own trim, say).
+        if !config.trim.is_default() {
+            let default = Config {
+                trim: kvmodel::Trim::BeforeRead,
+                ..config.clone()
+            };
+            if self.try_one(&default, ops) {
+                return true;
+            }
+        }
+        self.try_one(config, ops)
+    }
+
+    fn try_one(&mut self, config: &Config, ops: &[Op]) -> bool {
         if self.exhausted() || config.validate().is_err() || ops.is_empty() {
             return false;
         }
