@@ -141,3 +141,27 @@ fn grid_slice_passes_on_the_generic_path() {
         assert_eq!(report.depth_completed, 3);
     }
 }
+
+/// Trimming after the read (docs/contract.md §3, trim modes): the
+/// reference cache, which implements it, has no discovery and reaches
+/// every "sometimes" event of the mode (no `chunk_too_large` or
+/// `window_too_small` is required: the mode refuses none), while the
+/// cache that trims before the read is found within two ops.
+#[test]
+fn after_read_is_explored_on_the_caches_that_open_it() {
+    let config = Config {
+        trim: kvcheck::Trim::AfterRead,
+        ..sink_config(3, 1)
+    };
+    let required = kvcheck::engine::explore::required_events(&config);
+    assert!(!required.iter().any(|e| e == "error:chunk_too_large"));
+    let report = Explorer::new(&config, SubjectSpec::Reference)
+        .depth(3)
+        .assert_no_discovery();
+    assert_eq!(missing(&report.coverage, &required), Vec::<String>::new());
+    let found = Explorer::new(&config, SubjectSpec::Fault(Fault::TrimBeforeRead))
+        .depth(2)
+        .assert_discovery();
+    assert!(found.trace.ops.len() <= 2, "{found}");
+    assert_eq!(found.trace.config.trim, kvcheck::Trim::AfterRead);
+}

@@ -313,11 +313,13 @@ impl fmt::Display for ExploreReport {
 /// configs we tried; the small alphabet may miss `overlap_write` where the
 /// window leaves no room for it). Events that cannot
 /// happen under `config` are left out (growth without `growth`, pins with
-/// `sink = 0`, `unsupported` on a dense cache, …).
+/// `sink = 0`, `unsupported` on a dense cache, `chunk_too_large` and
+/// `window_too_small` when trimming after the read, …).
 pub fn required_events(config: &Config) -> Vec<String> {
     let dense = config.variant == Variant::Dense;
     let sink = config.sink > 0;
     let window_below_capacity = config.effective_window() < config.capacity;
+    let read_first = config.trim == kvmodel::Trim::BeforeRead;
     let mut events = Vec::new();
     let mut need = |event: &str, when: bool| {
         if when {
@@ -338,9 +340,10 @@ pub fn required_events(config: &Config) -> Vec<String> {
             ErrorKind::Unsupported => !dense,
             ErrorKind::NonSequential | ErrorKind::Evicted => dense,
             ErrorKind::EvictTooMany | ErrorKind::PinRange => dense,
-            // With growth, only the size rule can refuse a chunk.
-            ErrorKind::ChunkTooLarge => !config.growth,
-            ErrorKind::WindowTooSmall => window_below_capacity,
+            // With growth, only the size rule can refuse a chunk; trimming
+            // after the read refuses none for room or window (§3, trim modes).
+            ErrorKind::ChunkTooLarge => !config.growth && read_first,
+            ErrorKind::WindowTooSmall => window_below_capacity && read_first,
             _ => true,
         };
         need(&format!("error:{}", kind.name()), reachable);

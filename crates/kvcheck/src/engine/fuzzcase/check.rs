@@ -300,7 +300,8 @@ pub fn trace_load_replays(trace: &Trace) -> bool {
 }
 
 /// The body of `trace_load`: bytes into [`Trace::from_json`] and, when it
-/// loads and is small enough, through the model and the shipped cache.
+/// loads and is small enough, through the model and the shipped cache (the
+/// reference cache for `trim = "after_read"`).
 /// Refused input is fine (`Ok`); `Err` is a divergence or a setup failure.
 /// A mismatch with the file's own `expect` is not a bug (the bytes are
 /// arbitrary) and is ignored.
@@ -314,7 +315,14 @@ pub fn check_trace_load(data: &[u8]) -> Result<(), FuzzFailure> {
     if !trace_load_replays(&trace) {
         return Ok(());
     }
-    let report = replay(&trace, None, Some(SubjectSpec::Cache), None);
+    // The shipped caches trim before the read only; a trace of the other
+    // mode (docs/contract.md §3) replays on the reference cache instead.
+    let subject = if trace.config.trim.is_default() {
+        SubjectSpec::Cache
+    } else {
+        SubjectSpec::Reference
+    };
+    let report = replay(&trace, None, Some(subject), None);
     if let Some(e) = report.setup_error {
         return Err(FuzzFailure::TraceSetup(e));
     }
