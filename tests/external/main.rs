@@ -118,7 +118,9 @@ pub(crate) fn saved_traces_of_command(library: &str, dir: &str, command: &str) {
 /// Replays every trace listed in `DIR/findings.json` (entries with `file`,
 /// `step`, `kind` and optionally `message`) on the subject `subject` builds
 /// for its entry, and fails unless each still diverges at the recorded step,
-/// in the recorded kind (saying `message` when one is recorded).
+/// in the recorded kind (saying `message` when one is recorded). An entry of
+/// kind `outside` is a boundary the adapter declares: the subject must
+/// answer outside at the recorded step instead.
 pub(crate) fn saved_traces_still_diverge(
     library: &str,
     dir: &str,
@@ -134,6 +136,25 @@ pub(crate) fn saved_traces_still_diverge(
         let trace =
             kvcheck::check::trace::Trace::load(&dir.join(file)).expect("a saved trace loads");
         let report = kvcheck::engine::replay::replay(&trace, None, Some(subject(entry)), None);
+        if entry["kind"].as_str() == Some("outside") {
+            // A boundary the adapter now declares: the subject must answer
+            // outside at the recorded step (never serve it, never diverge).
+            let cut = report
+                .outside
+                .as_ref()
+                .unwrap_or_else(|| panic!("{file}: {library} no longer answers outside"));
+            assert!(
+                report.divergence.is_none(),
+                "{file}: diverged before the cut"
+            );
+            assert_eq!(
+                (cut.step as u64, cut.answered),
+                (entry["step"].as_u64().expect("step"), true),
+                "{file}: the outside answer moved: {}",
+                cut.reason
+            );
+            continue;
+        }
         let divergence = report
             .divergence
             .unwrap_or_else(|| panic!("{file}: {library} no longer diverges"));

@@ -47,7 +47,8 @@ fn subject(python: &Path, args: &str) -> SubjectSpec {
 
 /// Every trace of `tests/external/mlx-lm/findings.json`, replayed by
 /// kvcheck's own driver on the subject (with the arguments recorded there),
-/// still diverges at the recorded step and in the recorded kind.
+/// still diverges at the recorded step and in the recorded kind (or, for a
+/// declared boundary, still answers outside there).
 #[test]
 fn mlx_lm_saved_traces_still_diverge() {
     let Some(python) = environment() else { return };

@@ -1,0 +1,171 @@
+"""mlx-lm's server as a subject: its request mapping, and the server
+against a fresh prefill.
+
+The first tests need only the standard library (the tokens a write puts
+in a prompt, the command line, which configs the server can describe).
+The rest start `mlx_lm.server` in this process on tiny random models and
+need the environment of adapters/mlx-lm/setup.sh; without it they skip,
+saying so:
+
+    python3 -m unittest discover -s adapters/mlx-lm/tests -v
+    adapters/mlx-lm/.venv/bin/python -m unittest discover -s adapters/mlx-lm/tests -v
+"""
+
+import importlib.util
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ADAPTER = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(ADAPTER))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import kvcheck  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("mlx_lm_server_subject", os.path.join(ADAPTER, "server_subject.py"))
+server_subject = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(server_subject)
+
+try:
+    import mlx.core  # noqa: F401
+    import mlx_lm.server  # noqa: F401
+
+    HAVE_MLX = True
+except ImportError:
+    HAVE_MLX = False
+
+SKIP = "mlx-lm environment absent: run adapters/mlx-lm/setup.sh, then this with its venv's python"
+
+GROWTH = {
+    "variant": "dense", "batch": 1, "heads": 1, "head_dim": 1, "dtype": "f32", "capacity": 4,
+    "sink": 0, "window": None, "growth": True, "global_sink": 0, "packed": None, "seed": 0,
+}
+
+
+class Mapping(unittest.TestCase):
+    def test_tokens_are_prompt_words_and_an_edit_changes_them(self):
+        for writer in range(1, 20):
+            for position in range(64):
+                t = server_subject.token(position, writer)
+                self.assertTrue(1 <= t <= server_subject.VOCAB - 2, t)
+        # An edited turn (another writer) differs somewhere in a 4-token
+        # span; equal tokens would make it a regenerate.
+        for writer in range(1, 20):
+            for start in range(0, 40):
+                old = [server_subject.token(p, writer) for p in range(start, start + 4)]
+                new = [server_subject.token(p, writer + 1) for p in range(start, start + 4)]
+                self.assertNotEqual(old, new)
+
+    def test_command_line_keeps_the_servers_own_options(self):
+        s = server_subject.MlxLmServer.from_args(["--model", "llama4", "--judge", "cold", "--", "--kv-bits", "8"])
+        self.assertEqual((s.model_name, s.judge, s.server_args), ("llama4", "cold", ["--kv-bits", "8"]))
+        self.assertIn("--kv-bits 8", s.name)
+        self.assertFalse(s.seeded)
+        self.assertTrue(server_subject.MlxLmServer.from_args(["--path", "single"]).seeded)
+        with self.assertRaises(SystemExit):
+            server_subject.MlxLmServer.from_args(["--model", "gpt-7"])
+
+    def test_only_configs_where_every_token_is_attended_open(self):
+        s = server_subject.MlxLmServer()
+        for config in (dict(GROWTH, growth=False), dict(GROWTH, window=3)):
+            with self.assertRaises(kvcheck.Outside):
+                s.open(config)
+        self.assertIsNone(s.model, "a refused config builds no model")
+
+    def test_declared_domain_is_valid(self):
+        self.assertIsNone(kvcheck.subject.domain_problem(server_subject.MlxLmServer.domain))
+
+
+@unittest.skipUnless(HAVE_MLX, SKIP)
+class AgainstAFreshPrefill(unittest.TestCase):
+    def conversation(self, subject):
+        """A follow-up, a regenerate, an edit of an earlier turn, a new
+        conversation; returns the positions of each write's view."""
+        subject.open(GROWTH)
+        seen = [subject.write(0, 6, None, None, None, None), subject.write(6, 2, None, None, None, None)]
+        seen.append(subject.write(8, 0, None, None, None, None))  # regenerate
+        subject.rewind(3)
+        seen.append(subject.write(3, 1, None, None, None, None))  # an edit sharing 3 tokens
+        seen.append(subject.write(1, 2, None, None, None, None))  # a rewrite in the middle
+        subject.reset()
+        seen.append(subject.write(0, 3, None, None, None, None))
+        return seen
+
+    def test_llama_batched_and_sequential_agree(self):
+        for path in ("batch", "single"):
+            s = server_subject.MlxLmServer("llama", path=path)
+            try:
+                seen = self.conversation(s)
+            finally:
+                s.close_servers()
+            self.assertEqual(seen[1], list(range(8)))
+            self.assertEqual(seen[-1], [0, 1, 2])
+
+    def test_gemma3_and_qwen3_next_agree(self):
+        for model in ("gemma3", "qwen3-next"):
+            s = server_subject.MlxLmServer(model)
+            try:
+                self.conversation(s)
+            finally:
+                s.close_servers()
+
+    def test_llama4_edit_below_the_dropped_front_is_reported(self):
+        # ChunkedKVCache drops positions before its last attention chunk;
+        # the prompt cache trims it back to 3 shared tokens anyway.
+        s = server_subject.MlxLmServer("llama4")
+        try:
+            s.open(GROWTH)
+            s.write(0, 6, None, None, None, None)
+            s.write(6, 2, None, None, None, None)
+            s.rewind(3)
+            with self.assertRaises(server_subject.RecomputeMismatch) as caught:
+                s.write(3, 1, None, None, None, None)
+            self.assertIn("3 reused from the prompt cache", str(caught.exception))
+        finally:
+            s.close_servers()
+
+    def test_follow_up_of_exactly_the_answer_is_reported_and_can_be_masked(self):
+        # A follow-up of one token after a one-token answer is exactly the
+        # sequence the prompt cache holds: the batched path's generation
+        # thread dies, and every later request fails too.
+        s = server_subject.MlxLmServer("llama")
+        try:
+            s.open(GROWTH)
+            s.write(0, 4, None, None, None, None)
+            with self.assertRaises(server_subject.ServerError):
+                s.write(4, 1, None, None, None, None)
+            s.reset()
+            with self.assertRaises(server_subject.ServerError) as caught:
+                s.write(0, 3, None, None, None, None)
+            self.assertIn("HTTP", str(caught.exception))
+        finally:
+            s.close_servers()
+        masked = server_subject.MlxLmServer("llama", masks=["exact-hit"])
+        try:
+            masked.open(GROWTH)
+            masked.write(0, 4, None, None, None, None)
+            with self.assertRaises(kvcheck.Outside):
+                masked.write(4, 1, None, None, None, None)
+            self.assertEqual(masked.write(4, 2, None, None, None, None), list(range(6)))
+        finally:
+            masked.close_servers()
+
+    def test_cold_judge_compares_two_servers(self):
+        # 8-bit keys and values: a prompt's last token attends quantized
+        # rows when the rest came from the prompt cache, full-precision ones
+        # in a cold prefill; the difference is the quantization's, about 1e-3.
+        s = server_subject.MlxLmServer(
+            "llama", judge="cold", tolerance=1e-2, server_args=["--kv-bits", "8", "--quantized-kv-start", "0"]
+        )
+        try:
+            s.open(GROWTH)
+            s.write(0, 5, None, None, None, None)
+            s.write(5, 2, None, None, None, None)
+            self.assertEqual(s.global_end, 7)
+        finally:
+            s.close_servers()
+
+
+if __name__ == "__main__":
+    unittest.main()
