@@ -16,7 +16,9 @@ decode step). is_trimmable() still says True.
      attention chunk: position 3 attends to {2, 3} instead of {0, 1, 2, 3}.
   B. a new prompt sharing 1 token: ChunkedKVCache.trim caps the count at
      the rows it holds; the chunked layers stop at offset 2, the KVCache
-     layer at 1, and trim_prompt_cache reports layer 0's full count.
+     layer at 1. trim_prompt_cache returns layer 0's count, and layer 0 of
+     Llama 4 is a ChunkedKVCache: 5 of the 6 tokens asked for (printed
+     last); fetch_nearest_cache ignores the count.
   C. a new prompt sharing 5 tokens: position 5's chunk {4, 5} is still
      held, the reuse is sound (the control: it agrees before and after the
      patch, which keeps such reuse).
@@ -29,7 +31,7 @@ the same prompt; they must be equal up to float rounding.
 
 import mlx.core as mx
 from mlx_lm.models import llama4
-from mlx_lm.models.cache import LRUPromptCache
+from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
 
 mx.set_default_device(mx.cpu)
 mx.random.seed(0)
@@ -83,4 +85,8 @@ for case, shared in (("A", 3), ("B", 1), ("C", 5)):
     bad += not ok and case != "C"
     print("   max |logit(reused) - logit(fresh)| = %.3g  %s" % (delta, "ok" if ok else "WRONG"))
 
+cache = cached_conversation(long_prompt)
+trimmed = trim_prompt_cache(cache, 6)  # B's trim, as fetch_nearest_cache makes it
+print("trim_prompt_cache(cache of %s, 6) returns %d; offsets %s; layers %s"
+      % (long_prompt, trimmed, [c.offset for c in cache], [type(c).__name__ for c in cache]))
 print("reproduced: %d of 2 cases wrong" % bad if bad else "not reproduced: A and B agree")
