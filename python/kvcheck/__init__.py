@@ -10,7 +10,7 @@
   (used by the pytest plugin).
 """
 
-from .runner import Divergence, Result, TooFewJudged, binary, check
+from .runner import Divergence, MostlyOutside, Result, TooFewJudged, binary, check
 from .subject import (
     DOMAIN_FIELDS,
     DTYPES,
@@ -36,6 +36,7 @@ __all__ = [
     "DTYPES",
     "ERROR_KINDS",
     "FEATURES",
+    "MostlyOutside",
     "Outside",
     "PROTOCOL",
     "Refused",

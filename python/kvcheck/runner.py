@@ -44,21 +44,44 @@ class Divergence(AssertionError):
 
 
 class TooFewJudged(AssertionError):
-    """No divergence, but kvcheck judged fewer ops than its floor
-    (`min_judged`) because the subject answered `kvcheck.Outside` to most
-    requests: a subject that is outside everywhere cannot pass. `output`
-    is kvcheck's output, `outside_share` the share of drawn ops outside
-    the subject's domain, `judged` the ops judged and `min_judged` the
-    floor."""
+    """No divergence, but the subject served fewer judged ops with state
+    (appends and rewrites the contract accepts) than kvcheck's floor
+    (`min_judged`) because it answered `kvcheck.Outside` to most writes: a
+    subject that is outside everywhere cannot pass on the refusals, reads
+    and resets it still answers. `output` is kvcheck's output,
+    `outside_share` the share of drawn ops outside the subject's domain,
+    `judged` the ops judged, `served` those served with state and
+    `min_judged` the floor."""
 
-    def __init__(self, judged, min_judged, outside_share, output=""):
+    def __init__(self, judged, min_judged, outside_share, output="", served=0):
         super().__init__(
-            "kvcheck judged %d ops, fewer than --min-judged %d: %.1f%% of the drawn ops were outside "
-            "the subject's domain" % (judged, min_judged, 100 * outside_share)
+            "kvcheck judged %d ops, of which %d were served with state (appends and rewrites), fewer than "
+            "--min-judged %d: %.1f%% of the drawn ops were outside the subject's domain"
+            % (judged, served, min_judged, 100 * outside_share)
         )
         self.judged = judged
+        self.served = served
         self.min_judged = min_judged
         self.outside_share = outside_share
+        self.output = output
+
+
+class MostlyOutside(AssertionError):
+    """No divergence, but more of the drawn ops than `max_outside` lay
+    outside the subject's domain: the run judged too little of what it
+    drew to pass. `outside_share` is the share, `max_outside` the limit,
+    `warnings` kvcheck's warnings (they name the declarations that would
+    keep the draws inside), `output` what kvcheck printed."""
+
+    def __init__(self, outside_share, max_outside, warnings=(), output=""):
+        message = "%.1f%% of the drawn ops were outside the subject's domain, more than max_outside %.0f%%" % (
+            100 * outside_share, 100 * max_outside)
+        for warning in warnings:
+            message += "\nwarning: " + warning
+        super().__init__(message)
+        self.outside_share = outside_share
+        self.max_outside = max_outside
+        self.warnings = list(warnings)
         self.output = output
 
 
@@ -117,7 +140,7 @@ def serve_command(subject, args=()):
 
 
 def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), out="kvcheck-failures", extra=(),
-          strict_domain=False, min_judged=None):
+          strict_domain=False, min_judged=None, max_outside=0.5):
     """Checks `subject` (a kvcheck.Subject subclass) for `time` seconds.
 
     `profile`: a profile name or a list of them (`kvcheck run --list`;
@@ -128,11 +151,15 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
     go to `kvcheck run --oracle`); `out`: where divergence traces are
     saved; `strict_domain`: every `kvcheck.Outside` answer is a divergence
     (`--strict-domain`); `min_judged`: the fewest ops that must be judged
-    when the subject answered outside (`--min-judged`, kvcheck's default
-    when None); `extra`: more `kvcheck run` arguments.
-    Returns a Result; raises Divergence when the subject diverges and
+    when the subject answered outside, counting only the writes it served
+    with state (`--min-judged`, kvcheck's default when None);
+    `max_outside`: the largest share of drawn ops that may lie outside the
+    subject's domain (0.5; 1.0 turns it off); `extra`: more `kvcheck run`
+    arguments.
+    Returns a Result; raises Divergence when the subject diverges,
     TooFewJudged when it answered outside to so much that fewer than
-    `min_judged` ops were judged.
+    `min_judged` writes were served, and MostlyOutside when more than
+    `max_outside` of the drawn ops lay outside its domain.
     """
     __tracebackhide__ = True  # pytest shows the report, not this function
     if TIME_OVERRIDE is not None:
@@ -170,6 +197,8 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
     if report is None or done.returncode not in (0, 1):
         raise RuntimeError("kvcheck run failed (exit status %d):\n%s" % (done.returncode, output))
     ops, seconds, share = totals(report)
+    if done.returncode == 0 and share > max_outside:
+        raise MostlyOutside(share, max_outside, report.get("warnings", ()), output)
     if done.returncode == 0:
         result = Result(ops, seconds, subject.__qualname__, output, share, report.get("warnings", ()))
         print("kvcheck: " + result.summary())
@@ -190,8 +219,9 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
         if options:
             replay += " " + " ".join(shlex.quote(o) for o in options)
         raise Divergence(found.get("report") or found.get("summary", ""), trace, replay)
-    if ops < report.get("min_judged", 0):
-        raise TooFewJudged(ops, report["min_judged"], share, output)
+    served = sum(p.get("domain", {}).get("served", 0) for p in report.get("profiles", []))
+    if served < report.get("min_judged", 0):
+        raise TooFewJudged(ops, report["min_judged"], share, output, served)
     raise RuntimeError("kvcheck run failed (exit status %d):\n%s" % (done.returncode, output))
 
 

@@ -40,8 +40,11 @@ The subclass API (stable):
   field optional: `rewrites` "any" | "latest" | "none", `chunks` "any" |
   {"lengths": [n, ...]} | {"multiple": n}, `probes` "any" |
   "after_append" | "none", `gaps`, `oversized`, `malformed` (booleans),
-  `evict` and `pin` "any" | "scene_cut"; revision 3, DOMAIN_FIELDS and
-  docs/subject-protocol.md say what each admits). kvcheck then draws
+  `evict` and `pin` "any" | "scene_cut" | "held", `rewinds` "any" |
+  "held", `configs` a dict of CONFIG_LIMITS (`min_room`, `min_window`:
+  the least C - S and W - S; `batch`, `heads`, `head_dim`: the values it
+  opens); revision 3, DOMAIN_FIELDS and docs/subject-protocol.md say what
+  each admits). kvcheck then draws
   only inside it. `trims` (("before_read",) default: the trim modes the
   cache opens, any of `TRIMS`, docs/contract.md §3 "Trim modes"): a cache
   that reads a chunk beside the whole old view and trims to its capacity
@@ -118,8 +121,8 @@ REPORTS = ("capacity", "resident_bytes")
 # default, the only mode of a subject that declares nothing.
 TRIMS = ("before_read", "after_read")
 # The fields of a `domain` declaration (revision 3) and the values each
-# takes: a tuple of strings, bool, or "chunks" (any, {"lengths": [n, ...]},
-# {"multiple": n}).
+# takes: a tuple of strings, bool, "chunks" (any, {"lengths": [n, ...]},
+# {"multiple": n}) or "configs" (a dict of CONFIG_LIMITS).
 DOMAIN_FIELDS = {
     "rewrites": ("any", "latest", "none"),
     "chunks": "chunks",
@@ -127,9 +130,15 @@ DOMAIN_FIELDS = {
     "gaps": bool,
     "oversized": bool,
     "malformed": bool,
-    "evict": ("any", "scene_cut"),
-    "pin": ("any", "scene_cut"),
+    "evict": ("any", "scene_cut", "held"),
+    "pin": ("any", "scene_cut", "held"),
+    "rewinds": ("any", "held"),
+    "configs": "configs",
 }
+
+# The limits of a domain's "configs" (each optional): least numbers
+# (C - S and W - S beside the sink) or lists of the values opened.
+CONFIG_LIMITS = {"min_room": "least", "min_window": "least", "batch": "list", "heads": "list", "head_dim": "list"}
 
 
 class Refused(Exception):
@@ -187,8 +196,30 @@ def domain_problem(domain):
                     return '"chunks": {"multiple": %r}: expected a positive int' % (arg,)
             else:
                 return '"chunks": %r: expected "any", {"lengths": [n, ...]} or {"multiple": n}' % (value,)
+        elif allowed == "configs":
+            problem = configs_problem(value)
+            if problem is not None:
+                return problem
         elif value not in allowed:
             return "%r: %r is not one of %s" % (field, value, ", ".join(allowed))
+    return None
+
+
+def configs_problem(limits):
+    """What is wrong with a domain's "configs" limits, or None."""
+    if not isinstance(limits, dict):
+        return '"configs": %r: expected a dict of %s' % (limits, ", ".join(CONFIG_LIMITS))
+    for name, value in limits.items():
+        kind = CONFIG_LIMITS.get(name)
+        if kind is None:
+            return '"configs": unknown limit %r (expected %s)' % (name, ", ".join(CONFIG_LIMITS))
+        if kind == "least" and not (positive(value) or value == 0):
+            return '"configs": {"%s": %r}: expected an int >= 0' % (name, value)
+        if kind == "list" and (
+            isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value
+            or not all(positive(n) for n in value)
+        ):
+            return '"configs": {"%s": %r}: expected a non-empty list of positive ints' % (name, value)
     return None
 
 
@@ -302,6 +333,8 @@ def json_domain(domain):
     chunks = out.get("chunks")
     if isinstance(chunks, dict) and "lengths" in chunks:
         out["chunks"] = {"lengths": [int(n) for n in chunks["lengths"]]}
+    if isinstance(out.get("configs"), dict):
+        out["configs"] = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in out["configs"].items()}
     return out
 
 

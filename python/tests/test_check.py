@@ -67,16 +67,36 @@ class Check(unittest.TestCase):
 
 
     def test_a_subject_outside_everywhere_cannot_pass(self):
-        # (its cases still judge their resets and reads before a write)
+        # With every default, a subject that answers outside to every write
+        # fails: its refusals, reads and resets are judged, but it serves
+        # no write with state.
+        with self.assertRaises(AssertionError) as caught:
+            kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", out=self.out)
+        self.assertIsInstance(caught.exception, (kvcheck.TooFewJudged, kvcheck.MostlyOutside))
+        # The floor counts only the writes served with state: none here,
+        # however many refusals and reads were judged.
         with self.assertRaises(kvcheck.TooFewJudged) as caught:
-            kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=5000, out=self.out)
+            kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", max_outside=1.0, out=self.out)
+        self.assertEqual(caught.exception.served, 0)
+        self.assertGreater(caught.exception.judged, 0)
         self.assertIn("--min-judged", str(caught.exception))
         self.assertGreater(caught.exception.outside_share, 0.9)
-        # With the floor off it passes, every drawn op outside, with a warning.
-        result = kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=0, out=self.out)
-        self.assertLess(result.ops, 5000)
+        # With the floor off, the share outside still fails it.
+        with self.assertRaises(kvcheck.MostlyOutside) as caught:
+            kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=0, out=self.out)
+        self.assertGreater(caught.exception.outside_share, 0.9)
+        self.assertEqual(caught.exception.max_outside, 0.5)
+        self.assertTrue(any("outside" in warning for warning in caught.exception.warnings), str(caught.exception))
+        # Only with both guards off does it pass, every drawn op outside.
+        result = kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=0,
+                               max_outside=1.0, out=self.out)
         self.assertGreater(result.outside_share, 0.9)
-        self.assertTrue(any("outside" in warning for warning in result.warnings), result.output)
+
+    def test_a_subject_serving_its_writes_passes_the_floor(self):
+        # The reference serves hundreds of writes a second: over the floor.
+        result = kvcheck.check(reference_subject.Reference, time=1, seed=3, profile="tiny", min_judged=100,
+                               out=self.out)
+        self.assertEqual(result.outside_share, 0.0)
 
 
 class InMain(kvcheck.Subject):
@@ -193,11 +213,23 @@ class ReadsTheReport(unittest.TestCase):
         self.assertIn("values divergence (1 times", str(caught.exception))
 
     def test_too_few_judged(self):
+        report = self.run_report(min_judged=250)
+        report["profiles"][0]["domain"]["served"] = 200
         with self.assertRaises(kvcheck.TooFewJudged) as caught:
-            self.check(1, self.run_report(min_judged=5000))
-        self.assertEqual((caught.exception.judged, caught.exception.min_judged), (300, 5000))
+            self.check(1, report)
+        self.assertEqual((caught.exception.judged, caught.exception.min_judged), (300, 250))
+        self.assertEqual(caught.exception.served, 200)
         self.assertEqual(caught.exception.outside_share, 0.25)
         self.assertIn("--min-judged", str(caught.exception))
+
+    def test_mostly_outside_fails_a_passing_run(self):
+        report = self.run_report(warnings=['declaring in its domain "rewrites": "none" (9)'])
+        report["profiles"][0]["domain"].update(drawn=400, outside=240)
+        with self.assertRaises(kvcheck.MostlyOutside) as caught:
+            self.check(0, report)
+        self.assertEqual(caught.exception.outside_share, 0.6)
+        self.assertIn('"rewrites": "none"', str(caught.exception))
+        self.assertEqual(self.check(0, report, max_outside=0.7).outside_share, 0.6)
 
     def test_no_report_is_an_error_with_the_output(self):
         with self.assertRaises(RuntimeError) as caught:

@@ -249,11 +249,13 @@ pub enum CliError {
     /// `run`: fewer ops were judged than the floor: a subject that answers
     /// `outside` to (nearly) everything cannot pass.
     #[error(
-        "only {judged} ops judged, fewer than --min-judged {floor}: the subject answered outside its domain to {outside} of {drawn} drawn ops; declare its domain or check that it serves the requests it declares"
+        "only {served} of the {judged} ops judged were served with state (appends and rewrites the contract accepts), fewer than --min-judged {floor}: the subject answered outside its domain to {outside} of {drawn} drawn ops; declare its domain or check that it serves the requests it declares"
     )]
     TooFewJudged {
         /// Ops judged.
         judged: u64,
+        /// Judged ops served with state (accepted writes of at least one position).
+        served: u64,
         /// The floor.
         floor: u64,
         /// Drawn ops outside the domain.
@@ -358,6 +360,7 @@ mod tests {
             CliError::ShardsAbsent(vec!["2/2".into()]),
             CliError::TooFewJudged {
                 judged: 0,
+                served: 0,
                 floor: 100,
                 outside: 40,
                 drawn: 40,

@@ -55,8 +55,10 @@ pub struct Args {
     /// combines the shards' --json reports.
     #[arg(long, default_value = "1/1")]
     shard: Shard,
-    /// Fail when fewer ops than this were judged: a subject that answers
-    /// `outside` to (nearly) every request cannot pass. 0 turns it off.
+    /// Fail when the subject served fewer judged ops with state than this
+    /// (accepted writes of at least one position: appends and rewrites)
+    /// and some case was cut by an `outside` answer: a subject that answers
+    /// `outside` to (nearly) every write cannot pass. 0 turns it off.
     #[arg(long, default_value_t = 100)]
     min_judged: u64,
     /// Also write the report as JSON to this file (for `kvcheck merge`).
@@ -260,6 +262,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     if report.too_few_judged() {
         let error = CliError::TooFewJudged {
             judged: report.judged(),
+            served: domain.served,
             floor: args.min_judged,
             outside: domain.outside,
             drawn: domain.drawn,

@@ -17,6 +17,13 @@ pub struct DomainTally {
     pub outside: u64,
     /// Cases cut where they left the subject's domain.
     pub cuts: u64,
+    /// Judged ops the subject served with state: writes of at least one
+    /// position that the contract accepts (appends and rewrites). The
+    /// judged floor (`--min-judged`) counts these: refusals, probes and
+    /// resets are judged too, but a subject outside at every write would
+    /// pass on them alone.
+    #[serde(default)]
+    pub served: u64,
     /// For the cut cases: the declaration that would have kept the cut op
     /// from being drawn, and how many cuts it names.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -38,15 +45,18 @@ impl DomainTally {
         self.drawn += other.drawn;
         self.outside += other.outside;
         self.cuts += other.cuts;
+        self.served += other.served;
         for (declaration, n) in &other.declarations {
             *self.declarations.entry(declaration.clone()).or_default() += n;
         }
     }
 
-    /// Counts one case: `drawn` ops, cut at `cut` (with the declaration
-    /// that would have kept the cut op out) or judged whole.
-    pub fn count(&mut self, drawn: usize, cut: Option<(usize, Option<&str>)>) {
+    /// Counts one case: `drawn` ops, `served` of them served with state,
+    /// cut at `cut` (with the declaration that would have kept the cut op
+    /// out) or judged whole.
+    pub fn count(&mut self, drawn: usize, served: usize, cut: Option<(usize, Option<&str>)>) {
         self.drawn += drawn as u64;
+        self.served += served as u64;
         if let Some((step, declaration)) = cut {
             self.cuts += 1;
             self.outside += drawn.saturating_sub(step) as u64;

@@ -70,8 +70,8 @@ pub struct RunReport {
     /// Triage mode (`--keep-going`): the distinct findings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<FindingReport>,
-    /// `--min-judged`: the fewest judged ops a run whose subject answered
-    /// *outside* may pass with ([`RunReport::too_few_judged`]).
+    /// `--min-judged`: the fewest judged ops served with state a run whose
+    /// subject answered *outside* may pass with ([`RunReport::too_few_judged`]).
     #[serde(default)]
     pub min_judged: u64,
     /// The run's warnings, as printed after `warning: `.
@@ -140,12 +140,15 @@ impl RunReport {
         self.profiles.iter().map(|p| p.ops).sum()
     }
 
-    /// Whether the run judged fewer ops than `min_judged` where its
-    /// subject left its domain: a subject that answers *outside* to
-    /// (nearly) everything cannot pass. A short `--cases` run may judge
+    /// Whether the subject served fewer judged ops with state
+    /// ([`DomainTally::served`]: accepted writes of at least one position)
+    /// than `min_judged` where it left its domain: a subject that answers
+    /// *outside* to (nearly) every write cannot pass on the refusals,
+    /// probes and resets it still answers. A short `--cases` run may judge
     /// few ops for good reasons, so the floor holds only after a cut.
     pub fn too_few_judged(&self) -> bool {
-        self.judged() < self.min_judged && self.domain().cuts > 0
+        let domain = self.domain();
+        domain.served < self.min_judged && domain.cuts > 0
     }
 
     /// Every profile's [`DomainTally`] added up.

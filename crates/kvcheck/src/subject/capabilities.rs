@@ -240,7 +240,9 @@ impl Capabilities {
         *self == Capabilities::full()
     }
 
-    /// `Ok` when the subject can open `config`.
+    /// `Ok` when the subject can open `config`: its variant, dtype, trim
+    /// mode and features, and a configuration its declared domain opens
+    /// ([`Domain::opens`]), so that no engine draws one it would cut.
     pub fn supports_config(&self, config: &Config) -> Result<(), Unsupported> {
         let variant = match config.variant {
             Variant::Dense => "dense",
@@ -277,6 +279,9 @@ impl Capabilities {
             if needed && !self.has(feature) {
                 return unsupported(format!("config with {what}"));
             }
+        }
+        if let Some(why) = self.domain.as_ref().and_then(|d| d.opens(config).err()) {
+            return unsupported(format!("config outside the declared domain: {why}"));
         }
         Ok(())
     }

@@ -11,7 +11,7 @@
 //! domain admits for a domain violation. A subject that declares nothing
 //! is asked everything.
 
-use kvmodel::{Model, Op, Write};
+use kvmodel::{Config, Model, Op, Write};
 use serde::{Deserialize, Serialize};
 
 /// Which rewrites of positions below the global end a subject is asked.
@@ -62,11 +62,80 @@ pub enum Moves {
     /// Any count.
     #[default]
     Any,
+    /// Only a count the contract accepts on the current state, at least
+    /// one: never an evict on a cache with nothing evictable or of more
+    /// than it holds (`evict_too_many`), never an unpin (`pin 0`) or a
+    /// pin the contract refuses (`pin_range`). A cache whose evict or pin
+    /// is a library call on the rows it holds is asked these.
+    Held,
     /// Those of a scene cut with a shot sink (`global_sink > 0`), after a
     /// chunk that is not the first of the video: `pin` pins exactly the
     /// latest chunk; `evict` drops every evictable position before it
     /// while no pin is held (the clean re-cache of the new shot).
     SceneCut,
+}
+
+/// Which rewinds a subject is asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rewinds {
+    /// Any position (the contract refuses those past the global end).
+    #[default]
+    Any,
+    /// Only to a position `to ≤ G` below which nothing was evicted: a
+    /// cache that crops its rows cannot bring back rows it no longer
+    /// holds (the coverage event `rewind_into_evicted`), and has no rows
+    /// past the global end to rewind to (`rewind_ahead`).
+    Held,
+}
+
+/// Which configurations a subject opens: each limit left out admits every
+/// value. Besides these, a domain whose chunks never fit beside the sink
+/// (`oversized: false` with no declared length at most `C − S`) opens no
+/// configuration with that little room, since it admits no write there
+/// ([`Domain::opens`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigLimits {
+    /// The least room beside the sink, `C − S`: a pipeline whose chunk
+    /// is fixed opens no cache too small for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_room: Option<u64>,
+    /// The least window beside the sink, `W − S` (`W = C` without a
+    /// window): a chunk wider than it is never read whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_window: Option<u64>,
+    /// The batch sizes it opens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<Vec<usize>>,
+    /// The head counts it opens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heads: Option<Vec<usize>>,
+    /// The head dimensions it opens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<Vec<usize>>,
+}
+
+impl ConfigLimits {
+    /// What both limits admit: the larger least value, the common listed values.
+    fn intersect(&self, other: &ConfigLimits) -> ConfigLimits {
+        fn most(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            a.max(b)
+        }
+        fn common(a: &Option<Vec<usize>>, b: &Option<Vec<usize>>) -> Option<Vec<usize>> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.iter().copied().filter(|x| b.contains(x)).collect()),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            }
+        }
+        ConfigLimits {
+            min_room: most(self.min_room, other.min_room),
+            min_window: most(self.min_window, other.min_window),
+            batch: common(&self.batch, &other.batch),
+            heads: common(&self.heads, &other.heads),
+            head_dim: common(&self.head_dim, &other.head_dim),
+        }
+    }
 }
 
 /// The requests a subject can be asked (see the module docs). Every field
@@ -92,6 +161,10 @@ pub struct Domain {
     pub evict: Moves,
     /// Which pins.
     pub pin: Moves,
+    /// Which rewinds.
+    pub rewinds: Rewinds,
+    /// Which configurations it opens.
+    pub configs: ConfigLimits,
 }
 
 impl Default for Domain {
@@ -106,6 +179,8 @@ impl Default for Domain {
             malformed: true,
             evict: Moves::Any,
             pin: Moves::Any,
+            rewinds: Rewinds::Any,
+            configs: ConfigLimits::default(),
         }
     }
 }
@@ -171,6 +246,8 @@ impl Domain {
             malformed: false,
             evict: Moves::SceneCut,
             pin: Moves::SceneCut,
+            rewinds: Rewinds::Held,
+            configs: ConfigLimits::default(),
         }
     }
 
@@ -191,6 +268,7 @@ impl Domain {
             "tail_rewrite" => self.rewrites != Rewrites::None,
             "error:evict_too_many" => self.evict == Moves::Any,
             "error:pin_range" | "unpin" => self.pin == Moves::Any,
+            "rewind_into_evicted" | "error:rewind_ahead" => self.rewinds == Rewinds::Any,
             _ => true,
         }
     }
@@ -240,6 +318,8 @@ impl Domain {
             malformed: self.malformed && other.malformed,
             evict: narrower(self.evict, other.evict),
             pin: narrower(self.pin, other.pin),
+            rewinds: narrower(self.rewinds, other.rewinds),
+            configs: self.configs.intersect(&other.configs),
         }
     }
 
@@ -312,16 +392,81 @@ impl Domain {
                 Some((_, len)) if *tokens >= 0 && *tokens as u64 == len => Ok(()),
                 _ => out("\"pin\": \"scene_cut\""),
             },
+            Op::Evict { tokens } if self.evict == Moves::Held => {
+                if *tokens >= 1 && model.clone().evict(*tokens).is_ok() {
+                    return Ok(());
+                }
+                out("\"evict\": \"held\"")
+            }
+            Op::Pin { tokens } if self.pin == Moves::Held => {
+                if *tokens >= 1 && model.clone().pin(*tokens).is_ok() {
+                    return Ok(());
+                }
+                out("\"pin\": \"held\"")
+            }
+            Op::Rewind { to } if self.rewinds == Rewinds::Held => {
+                if *to >= 0 && (*to as u64) <= held_prefix(model) {
+                    return Ok(());
+                }
+                out("\"rewinds\": \"held\"")
+            }
             _ => Ok(()),
         }
+    }
+
+    /// `Ok` when this domain opens `config`: its [`ConfigLimits`], and
+    /// room beside the sink for some declared chunk where writes longer
+    /// than that room are left out (otherwise no write of the config would
+    /// be admitted); else why not, in words.
+    pub fn opens(&self, config: &Config) -> Result<(), String> {
+        let room = config.capacity.saturating_sub(config.sink) as u64;
+        let window = config.effective_window().saturating_sub(config.sink) as u64;
+        let limits = &self.configs;
+        if let Some(least) = limits.min_room.filter(|&least| room < least) {
+            return Err(format!(
+                "C − S = {room}, below \"configs\": {{\"min_room\": {least}}}"
+            ));
+        }
+        if let Some(least) = limits.min_window.filter(|&least| window < least) {
+            return Err(format!(
+                "W − S = {window}, below \"configs\": {{\"min_window\": {least}}}"
+            ));
+        }
+        let listed = [
+            ("batch", &limits.batch, config.batch),
+            ("heads", &limits.heads, config.heads),
+            ("head_dim", &limits.head_dim, config.head_dim),
+        ];
+        for (field, allowed, value) in listed {
+            if let Some(allowed) = allowed.as_ref().filter(|a| !a.contains(&value)) {
+                return Err(format!(
+                    "{field} {value}, not in \"configs\": {{\"{field}\": {allowed:?}}}"
+                ));
+            }
+        }
+        if !self.oversized {
+            let fits = match &self.chunks {
+                Chunks::Any => room >= 1,
+                Chunks::Lengths(lengths) => lengths.iter().any(|&n| n <= room),
+                Chunks::Multiple(k) => *k <= room,
+            };
+            if !fits {
+                return Err(format!(
+                    "C − S = {room} holds no declared chunk (\"oversized\": false)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `op` moved inside this domain where a nearby op is inside: a gap
     /// or a rewrite the domain leaves out becomes an append, a length it
     /// leaves out the nearest one it allows, a probe it leaves out an
     /// append, a malformed request a valid one, an eviction or pin the
-    /// scene cut's. What cannot be moved inside is returned as it is
-    /// (a precondition then rejects it).
+    /// scene cut's, a rewind or a count the cache does not hold one it
+    /// does. What cannot be moved inside becomes the next chunk (an
+    /// append at the global end), which is inside in every configuration
+    /// the domain [opens](Domain::opens).
     pub fn shape(&self, model: &Model, latest: Latest, op: Op) -> Op {
         if self.admits(model, latest, &op).is_ok() {
             return op;
@@ -350,7 +495,7 @@ impl Domain {
             };
             len.max(1) as i64
         };
-        match op {
+        let shaped = match op {
             Op::Write(w) => {
                 let len = length(w.len.max(1) as u64);
                 let write = |start: i64, len: i64| {
@@ -379,11 +524,28 @@ impl Domain {
                 Some((_, len)) => Op::Pin { tokens: len as i64 },
                 None => op,
             },
+            Op::Rewind { to } if self.rewinds == Rewinds::Held => Op::Rewind {
+                to: to.clamp(0, held_prefix(model) as i64),
+            },
+            Op::Evict { tokens } if self.evict == Moves::Held => Op::Evict {
+                tokens: tokens.clamp(1, model.evictable().len().max(1) as i64),
+            },
+            Op::Pin { tokens } if self.pin == Moves::Held => Op::Pin {
+                tokens: tokens.clamp(1, g.max(1)),
+            },
             Op::Rewind { to } if to < 0 => Op::Rewind { to: 0 },
             Op::Evict { tokens } if tokens < 0 => Op::Evict { tokens: 0 },
             Op::Pin { tokens } if tokens < 0 => Op::Pin { tokens: 0 },
             other => other,
+        };
+        if self.admits(model, latest, &shaped).is_ok() {
+            return shaped;
         }
+        // Nothing nearby is inside (an evict on a cache with nothing
+        // evictable, a scene cut before the second chunk): the next chunk
+        // is, in every configuration the domain opens, so the draw stays
+        // inside and no generator rejects it.
+        Op::Write(Write::new(g, length(1)))
     }
 
     /// For an op a subject answered *outside*: the declaration of the
@@ -396,6 +558,19 @@ impl Domain {
             .err()
             .map(|e| e.declaration)
     }
+}
+
+/// The largest `to` a held rewind may go back to: the global end, or the
+/// first position below it that is no longer resident.
+fn held_prefix(model: &Model) -> u64 {
+    let mut held = 0;
+    for position in model.resident() {
+        if position != held {
+            break;
+        }
+        held += 1;
+    }
+    held.min(model.global_end())
 }
 
 /// The latest chunk, when a scene cut may follow it: a shot sink exists

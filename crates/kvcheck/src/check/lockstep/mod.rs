@@ -102,6 +102,7 @@ pub struct Lockstep {
     latest: Latest,
     cut: Option<Cut>,
     strict_domain: bool,
+    served: usize,
 }
 
 impl Lockstep {
@@ -176,6 +177,7 @@ impl Lockstep {
             latest: Latest::default(),
             cut: None,
             strict_domain: false,
+            served: 0,
         }
     }
 
@@ -197,6 +199,15 @@ impl Lockstep {
     /// Ops judged so far: every op before the cut, or every op.
     pub fn judged(&self) -> usize {
         self.cut.as_ref().map_or(self.ops.len(), |c| c.step)
+    }
+
+    /// Judged ops the subject served with state: writes of at least one
+    /// position that the contract accepts (appends and rewrites), answered
+    /// by the subject. Refusals, probes, rewinds and resets are judged
+    /// too, but a subject that answers *outside* to every write still
+    /// passes those; the judged floor counts these instead.
+    pub fn served(&self) -> usize {
+        self.served
     }
 
     /// The domain ops are kept inside: the declared one, unless the run is
@@ -371,6 +382,9 @@ impl Lockstep {
         }
         if self.cut.is_some() {
             return Ok(expected);
+        }
+        if matches!(op, Op::Write(w) if w.len > 0) && expected.error_kind().is_none() {
+            self.served += 1;
         }
         self.latest
             .follow(global_end, op, expected.error_kind().is_none());

@@ -26,6 +26,9 @@ pub struct CaseOutcome {
     pub divergence: Option<Box<Divergence>>,
     /// What each relation judged (nothing against the model).
     pub judged: crate::engine::relation::Judged,
+    /// Judged ops the subject served with state: accepted writes of at
+    /// least one position ([`Lockstep::served`]).
+    pub served: usize,
     /// Ops drawn for the case.
     pub drawn: usize,
     /// Where the case left the subject's domain, if it did: the ops from
@@ -98,6 +101,7 @@ pub fn run_case_on<F: Family>(
         coverage: Coverage::default(),
         divergence: None,
         judged: Default::default(),
+        served: 0,
         drawn: transitions.len(),
         cut: None,
     };
@@ -120,9 +124,27 @@ pub fn run_case_on<F: Family>(
         }
     }
     outcome.ops_checked = lockstep.judged();
+    outcome.served = lockstep.served();
     outcome.cut = lockstep.cut().cloned();
     outcome.coverage = lockstep.coverage().clone();
     Ok(outcome)
+}
+
+/// The ops of `ops` (applied in order to a fresh model of `config`, which
+/// must be valid) that are writes of at least one position the contract
+/// accepts: what [`Lockstep::served`] counts, for the oracles that check a
+/// trace whole.
+pub fn served(config: &Config, ops: &[Op]) -> usize {
+    let Ok(mut model) = kvmodel::Model::new(config) else {
+        return 0;
+    };
+    ops.iter()
+        .enumerate()
+        .filter(|(i, op)| {
+            let accepted = model.apply(*i as u64, op).is_ok();
+            accepted && matches!(op, Op::Write(w) if w.len > 0)
+        })
+        .count()
 }
 
 /// A case draw per entry of

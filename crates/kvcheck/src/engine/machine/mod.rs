@@ -49,8 +49,8 @@ mod case;
 mod suite;
 
 pub use case::{
-    draw_case, draw_case_within, run_case, run_case_on, CaseDraw, CaseDrawWithin, CaseOutcome,
-    CaseRunner,
+    draw_case, draw_case_within, run_case, run_case_on, served, CaseDraw, CaseDrawWithin,
+    CaseOutcome, CaseRunner,
 };
 pub use suite::{check_family, Suite, SuiteSettings};
 

@@ -402,6 +402,7 @@ pub fn run_case(
         coverage: model_coverage(&config, &ops[..judged]),
         divergence,
         judged: work.judged,
+        served: crate::engine::machine::served(&config, &ops[..judged]),
         drawn: ops.len(),
         cut: work.cut,
     })

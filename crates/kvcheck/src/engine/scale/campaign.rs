@@ -289,7 +289,7 @@ impl Campaign {
             tally.cases += 1;
             tally.ops += outcome.ops_checked as u64;
             let cut = outcome.cut.as_ref().map(|c| (c.step, c.suggestion));
-            tally.domain.count(outcome.drawn, cut);
+            tally.domain.count(outcome.drawn, outcome.served, cut);
             tally.coverage.merge(&outcome.coverage);
             tally.judged.merge(&outcome.judged);
             let ops = control
