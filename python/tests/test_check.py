@@ -7,6 +7,7 @@ Run: python3 -m unittest discover -s python/tests -v
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -91,6 +92,28 @@ class Check(unittest.TestCase):
         result = kvcheck.check(echo_subjects.Nowhere, time=1, seed=3, profile="tiny", min_judged=0,
                                max_outside=1.0, out=self.out)
         self.assertGreater(result.outside_share, 0.9)
+
+    def test_the_warning_suggests_what_the_subject_refused_and_following_it_never_violates(self):
+        # A cache that refuses every rewrite, the latest chunk's included,
+        # is told "rewrites": "none": "latest" would admit the latest
+        # chunk's rewrite, which it refuses.
+        result = kvcheck.check(echo_subjects.RefusesRewrites, time=2, seed=3, profile=["tiny", "sinks"],
+                               max_outside=1.0, out=self.out)
+        warning = " ".join(result.warnings)
+        self.assertIn('"rewrites": "none"', warning)
+        self.assertNotIn('"rewrites": "latest"', warning)
+        suggested = json.loads("{%s}" % ", ".join(re.findall(r'"[a-z_]+": (?:"[a-z_]+"|true|false)', warning)))
+        self.assertEqual(suggested["rewrites"], "none")
+        # Declared literally, every request drawn is one it serves: no
+        # domain violation, nothing outside.
+        os.environ["ECHO_DOMAIN"] = json.dumps(suggested)
+        try:
+            declared = kvcheck.check(echo_subjects.RefusesRewrites, time=2, seed=3, profile=["tiny", "sinks"],
+                                     out=self.out)
+        finally:
+            os.environ.pop("ECHO_DOMAIN")
+        self.assertEqual(declared.outside_share, 0.0, declared.output)
+        self.assertGreater(declared.ops, 100)
 
     def test_a_subject_serving_its_writes_passes_the_floor(self):
         # The reference serves hundreds of writes a second: over the floor.

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::subject::domain::{declared_field, narrowest};
+
 /// How much of what a campaign drew lay outside the subject's domain.
 ///
 /// A case that leaves the subject's domain is judged up to the op that
@@ -106,16 +108,27 @@ impl DomainTally {
             "more than {:.0}% of the drawn ops were outside the subject's domain",
             100.0 * OUTSIDE_WARNING
         );
-        // The declarations that would have kept the most cut cases
-        // inside, most first: together they are the domain to declare.
-        let mut ranked: Vec<(&String, &u64)> = self.declarations.iter().collect();
-        ranked.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        // Per field, the narrowest declaration any cut asked for, with the
+        // cuts of every declaration of that field: a wider one would admit
+        // requests the subject answered outside, a domain violation once
+        // declared. Then the fields that would have kept the most cut
+        // cases inside, most first: together they are the domain to
+        // declare.
+        let mut fields: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+        for (declaration, n) in &self.declarations {
+            let entry = fields
+                .entry(declared_field(declaration))
+                .or_insert((declaration, 0));
+            entry.0 = narrowest(entry.0, declaration);
+            entry.1 += n;
+        }
+        let mut ranked: Vec<(&str, u64)> = fields.into_values().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         if ranked.is_empty() {
             line.push_str("; declare its domain (docs/subject-protocol.md, domain)");
         } else {
             let named: Vec<String> = ranked
                 .iter()
-                .take(4)
                 .map(|(declaration, n)| format!("{declaration} ({n})"))
                 .collect();
             line.push_str(&format!(

@@ -36,7 +36,23 @@ impl Cut {
             suggestion: Domain::suggest(&model, latest, &op),
         }
     }
+
+    /// The cut of `ops` on `config` before its first op, where the subject
+    /// answered *outside* to `open`: no op was sent, so what to declare is
+    /// the configurations it opens ([`OPEN_DECLARATION`]), nothing about
+    /// the first op.
+    pub fn at_open(config: &Config, ops: &[Op], reason: String) -> Cut {
+        Cut {
+            suggestion: Some(OPEN_DECLARATION),
+            ..Cut::at(config, ops, 0, reason, true)
+        }
+    }
 }
+
+/// What an outside warning names for cases cut at `open`: the domain's
+/// `configs` limits (docs/subject-protocol.md), whose values only the
+/// subject's author knows.
+pub const OPEN_DECLARATION: &str = "\"configs\"";
 
 /// The contract's state before op `index` of `ops` (rebuilt only when a
 /// case is cut, to name a declaration). `config` must be valid.

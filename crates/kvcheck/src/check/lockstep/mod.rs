@@ -340,7 +340,8 @@ impl Lockstep {
                 op: *op,
                 reason: excluded.to_string(),
                 answered: false,
-                suggestion: Some(excluded.declaration),
+                // Already declared: nothing to suggest.
+                suggestion: None,
             });
             self.ops.push(*op);
             return Ok(self.model.apply(index as u64, op).into());

@@ -109,7 +109,7 @@ pub fn run_case_on<F: Family>(
         Ok(lockstep) => lockstep,
         Err(SetupError::Outside { reason }) => {
             let reason = format!("the configuration is outside its domain ({reason})");
-            outcome.cut = Some(Cut::at(&config, &transitions, 0, reason, true));
+            outcome.cut = Some(Cut::at_open(&config, &transitions, reason));
             return Ok(outcome);
         }
         Err(e) => return Err(e.into()),

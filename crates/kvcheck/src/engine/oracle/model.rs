@@ -50,7 +50,7 @@ impl Judge for ModelJudge {
             Ok(lockstep) => lockstep,
             Err(SetupError::Outside { reason }) => {
                 let reason = format!("the configuration is outside its domain ({reason})");
-                work.cut = Some(Cut::at(config, ops, 0, reason, true));
+                work.cut = Some(Cut::at_open(config, ops, reason));
                 return Ok(None);
             }
             Err(SetupError::Unsupported(e)) => return Err(NotChecked::Unsupported(e)),
