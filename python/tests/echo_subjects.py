@@ -122,13 +122,17 @@ class Nowhere(Echo):
         raise kvcheck.Outside("never asked")
 
 
-class RefusesRewrites(reference_subject.Reference):
-    """The reference cache answering outside to every rewrite (the latest
-    chunk's too), declaring the domain that $ECHO_DOMAIN holds as JSON
-    (none when unset), so that a test can declare what a warning
-    suggested."""
+class Declared(reference_subject.Reference):
+    """The reference cache declaring the domain that $ECHO_DOMAIN holds as
+    JSON (none when unset), so that a test can declare any domain."""
 
     domain = json.loads(os.environ.get("ECHO_DOMAIN", "null"))
+
+
+class RefusesRewrites(Declared):
+    """The reference cache answering outside to every rewrite (the latest
+    chunk's too), declaring $ECHO_DOMAIN: a test declares what a warning
+    suggested."""
 
     def write(self, start, length, heads, recent_window, k, v):
         if length > 0 and 0 <= start < self.global_end:

@@ -115,6 +115,37 @@ class Check(unittest.TestCase):
         self.assertEqual(declared.outside_share, 0.0, declared.output)
         self.assertGreater(declared.ops, 100)
 
+    def declared(self, domain, **kwargs):
+        os.environ["ECHO_DOMAIN"] = json.dumps(domain)
+        try:
+            return kvcheck.check(echo_subjects.Declared, time=1, seed=3, out=self.out, **kwargs)
+        finally:
+            os.environ.pop("ECHO_DOMAIN")
+
+    def test_a_profile_no_declared_chunk_fits_is_skipped_naming_why(self):
+        # A fixed chunk of 3 under the pipeline profile, whose smallest
+        # caches have room for 2: those are never drawn, nothing aborts.
+        fixed = {"chunks": {"lengths": [3]}, "oversized": False}
+        result = self.declared(fixed, profile="pipeline")
+        self.assertGreater(result.ops, 100)
+        self.assertEqual(result.outside_share, 0.0, result.output)
+        # A chunk of 12 fits no tiny cache (capacity 6 at most): the
+        # profile is skipped with the reason, the pipeline one runs.
+        result = self.declared(dict(fixed, chunks={"lengths": [12]}), profile=["tiny", "pipeline"])
+        self.assertIn("skipped: unsupported by the subject: profile tiny", result.output)
+        self.assertIn("holds no declared chunk", result.output)
+        self.assertRegex(result.output, r"\npipeline +dense")
+        self.assertNotIn("rejects", result.output)
+
+    def test_held_requests_and_config_limits_keep_the_draws_inside(self):
+        domain = {"rewinds": "held", "evict": "held", "pin": "held",
+                  "configs": {"min_room": 2, "min_window": 2, "heads": [1], "batch": [1]}}
+        result = self.declared(domain, profile=["tiny", "pins", "multi-head", "batch2"])
+        self.assertEqual(result.outside_share, 0.0, result.output)
+        self.assertIn('profile multi-head (2-4 heads with head-range writes): config outside the declared domain: '
+                      'heads', result.output)
+        self.assertIn('profile batch2 (batch of two): config outside the declared domain: batch 2', result.output)
+
     def test_a_subject_serving_its_writes_passes_the_floor(self):
         # The reference serves hundreds of writes a second: over the floor.
         result = kvcheck.check(reference_subject.Reference, time=1, seed=3, profile="tiny", min_judged=100,

@@ -140,3 +140,27 @@ impl DomainTally {
         Some(line)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warning_names_per_field_the_narrowest_declaration_any_cut_needed() {
+        let mut tally = DomainTally::default();
+        tally.count(10, 0, Some((1, Some("\"rewrites\": \"latest\""))));
+        tally.count(10, 0, Some((1, Some("\"rewrites\": \"none\""))));
+        tally.count(10, 0, Some((0, Some("\"gaps\": false"))));
+        tally.count(10, 4, Some((0, Some("\"configs\""))));
+        let warning = tally.warning().unwrap();
+        assert!(
+            warning.contains("\"rewrites\": \"none\" (2), \"configs\" (1), \"gaps\": false (1)"),
+            "{warning}"
+        );
+        assert!(!warning.contains("\"latest\""), "{warning}");
+        assert_eq!(tally.served, 4);
+        let mut total = DomainTally::default();
+        total.add(&tally);
+        assert_eq!((total.served, total.cuts), (4, 4));
+    }
+}

@@ -182,3 +182,182 @@ fn intersections_take_the_narrower_field() {
         Domain::default()
     );
 }
+
+#[test]
+fn configs_limits_and_chunks_that_never_fit_close_configurations() {
+    let fixed = Domain {
+        chunks: Chunks::Lengths(vec![3]),
+        oversized: false,
+        ..Domain::default()
+    };
+    let small = Config {
+        sink: 1,
+        ..Config::dense(3)
+    };
+    // C − S = 2 holds no chunk of 3: no write would be admitted there.
+    assert!(fixed
+        .opens(&small)
+        .unwrap_err()
+        .contains("holds no declared chunk"));
+    assert!(fixed.opens(&Config::dense(3)).is_ok());
+    // With oversized writes admitted, the chunk is asked and refused.
+    assert!(Domain {
+        oversized: true,
+        ..fixed.clone()
+    }
+    .opens(&small)
+    .is_ok());
+    let limits = Domain {
+        configs: ConfigLimits {
+            min_room: Some(3),
+            min_window: Some(2),
+            batch: Some(vec![1]),
+            heads: None,
+            head_dim: Some(vec![1, 2]),
+        },
+        ..Domain::default()
+    };
+    assert!(limits.opens(&Config::dense(3)).is_ok());
+    assert!(limits.opens(&small).unwrap_err().contains("min_room"));
+    let narrow = Config {
+        window: Some(2),
+        sink: 1,
+        ..Config::dense(6)
+    };
+    assert!(limits.opens(&narrow).unwrap_err().contains("min_window"));
+    for (config, field) in [
+        (
+            Config {
+                batch: 2,
+                ..Config::dense(4)
+            },
+            "batch 2",
+        ),
+        (
+            Config {
+                head_dim: 4,
+                ..Config::dense(4)
+            },
+            "head_dim 4",
+        ),
+    ] {
+        assert!(limits.opens(&config).unwrap_err().starts_with(field));
+    }
+    let parsed: Domain =
+        serde_json::from_str(r#"{"configs": {"min_room": 3, "batch": [1]}, "rewinds": "held"}"#)
+            .unwrap();
+    assert_eq!(parsed.configs.min_room, Some(3));
+    assert_eq!(parsed.rewinds, Rewinds::Held);
+    assert!(serde_json::from_str::<Domain>(r#"{"configs": {"rooms": 3}}"#).is_err());
+    let both = limits.intersect(&Domain {
+        configs: ConfigLimits {
+            min_room: Some(4),
+            head_dim: Some(vec![2, 3]),
+            ..ConfigLimits::default()
+        },
+        ..Domain::default()
+    });
+    assert_eq!(both.configs.min_room, Some(4));
+    assert_eq!(both.configs.head_dim, Some(vec![2]));
+}
+
+#[test]
+fn held_rewinds_and_counts_ask_only_what_the_cache_holds() {
+    let d = Domain {
+        rewinds: Rewinds::Held,
+        evict: Moves::Held,
+        pin: Moves::Held,
+        ..Domain::default()
+    };
+    let config = Config {
+        sink: 1,
+        ..Config::dense(4)
+    };
+    let (empty, latest) = model_after(&config, &[]);
+    // An evict on an empty cache, an unpin, a rewind past the end.
+    for op in [
+        Op::Evict { tokens: 1 },
+        Op::Evict { tokens: 0 },
+        Op::Pin { tokens: 0 },
+        Op::Rewind { to: 1 },
+    ] {
+        assert!(d.admits(&empty, latest, &op).is_err(), "{op}");
+        let shaped = d.shape(&empty, latest, op);
+        assert!(
+            d.admits(&empty, latest, &shaped).is_ok(),
+            "{op} -> {shaped}"
+        );
+    }
+    assert!(d.admits(&empty, latest, &Op::Rewind { to: 0 }).is_ok());
+    // 0..6 written into four slots with one sink: 1 and 2 were evicted.
+    let (model, latest) = model_after(
+        &config,
+        &[Op::write(0, 4, None, None), Op::write(4, 2, None, None)],
+    );
+    assert!(d.admits(&model, latest, &Op::Rewind { to: 1 }).is_ok());
+    assert_eq!(
+        d.admits(&model, latest, &Op::Rewind { to: 5 })
+            .unwrap_err()
+            .declaration,
+        "\"rewinds\": \"held\""
+    );
+    assert_eq!(
+        d.shape(&model, latest, Op::Rewind { to: 5 }),
+        Op::Rewind { to: 1 }
+    );
+    assert!(d.admits(&model, latest, &Op::Evict { tokens: 3 }).is_ok());
+    assert!(d.admits(&model, latest, &Op::Evict { tokens: 4 }).is_err());
+    assert_eq!(
+        d.shape(&model, latest, Op::Evict { tokens: 9 }),
+        Op::Evict { tokens: 3 }
+    );
+    assert!(d.admits(&model, latest, &Op::Pin { tokens: 2 }).is_ok());
+    assert!(Domain::default().allows_event("rewind_into_evicted"));
+    assert!(!d.allows_event("rewind_into_evicted"));
+}
+
+#[test]
+fn suggestions_are_the_widest_declaration_that_leaves_the_answer_out() {
+    let config = Config {
+        sink: 1,
+        ..Config::dense(6)
+    };
+    let ops = [Op::write(0, 2, None, None), Op::write(2, 2, None, None)];
+    let (model, latest) = model_after(&config, &ops);
+    let suggest = |op: Op| Domain::suggest(&model, latest, &op);
+    // An older chunk's rewrite is left out by "latest"; the latest
+    // chunk's only by "none".
+    assert_eq!(
+        suggest(Op::write(0, 2, None, None)),
+        Some("\"rewrites\": \"latest\"")
+    );
+    assert_eq!(
+        suggest(Op::write(2, 2, None, None)),
+        Some("\"rewrites\": \"none\"")
+    );
+    assert_eq!(
+        suggest(Op::write(5, 1, None, None)),
+        Some("\"gaps\": false")
+    );
+    assert_eq!(suggest(Op::write(4, 1, None, None)), None);
+    assert_eq!(suggest(Op::Rewind { to: 5 }), Some("\"rewinds\": \"held\""));
+    let (empty, latest) = model_after(&config, &[]);
+    assert_eq!(
+        Domain::suggest(&empty, latest, &Op::Evict { tokens: 1 }),
+        Some("\"evict\": \"held\"")
+    );
+    assert_eq!(
+        narrowest("\"rewrites\": \"latest\"", "\"rewrites\": \"none\""),
+        "\"rewrites\": \"none\""
+    );
+    assert_eq!(
+        narrowest("\"rewrites\": \"none\"", "\"rewrites\": \"latest\""),
+        "\"rewrites\": \"none\""
+    );
+    assert_eq!(declared_field("\"rewrites\": \"none\""), "\"rewrites\"");
+    // Every suggestion is a declaration a subject can write as it reads.
+    for (declaration, _) in SUGGESTIONS {
+        let parsed: Domain = serde_json::from_str(&format!("{{{declaration}}}")).unwrap();
+        assert!(!parsed.is_whole(), "{declaration}");
+    }
+}
