@@ -1,12 +1,9 @@
 """Small subjects for the tests: each echoes what it was sent, so a test
 sees exactly what the helper handed to the subclass and made of its answer."""
 
-import json
-import os
 import sys
 
 import kvcheck
-import reference_subject
 
 
 class Echo(kvcheck.Subject):
@@ -120,24 +117,6 @@ class Nowhere(Echo):
 
     def write(self, start, length, heads, recent_window, k, v):
         raise kvcheck.Outside("never asked")
-
-
-class Declared(reference_subject.Reference):
-    """The reference cache declaring the domain that $ECHO_DOMAIN holds as
-    JSON (none when unset), so that a test can declare any domain."""
-
-    domain = json.loads(os.environ.get("ECHO_DOMAIN", "null"))
-
-
-class RefusesRewrites(Declared):
-    """The reference cache answering outside to every rewrite (the latest
-    chunk's too), declaring $ECHO_DOMAIN: a test declares what a warning
-    suggested."""
-
-    def write(self, start, length, heads, recent_window, k, v):
-        if length > 0 and 0 <= start < self.global_end:
-            raise kvcheck.Outside("this cache only appends")
-        return super().write(start, length, heads, recent_window, k, v)
 
 
 class NoWrite(kvcheck.Subject):

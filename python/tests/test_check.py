@@ -24,6 +24,7 @@ from kvcheck import runner  # noqa: E402
 import reference_subject  # noqa: E402
 
 sys.path.insert(0, HERE)
+import declared_subjects  # noqa: E402
 import echo_subjects  # noqa: E402
 
 DEBUG_BINARY = os.path.join(ROOT, "target", "debug", "kvcheck")
@@ -97,7 +98,7 @@ class Check(unittest.TestCase):
         # A cache that refuses every rewrite, the latest chunk's included,
         # is told "rewrites": "none": "latest" would admit the latest
         # chunk's rewrite, which it refuses.
-        result = kvcheck.check(echo_subjects.RefusesRewrites, time=2, seed=3, profile=["tiny", "sinks"],
+        result = kvcheck.check(declared_subjects.RefusesRewrites, time=2, seed=3, profile=["tiny", "sinks"],
                                max_outside=1.0, out=self.out)
         warning = " ".join(result.warnings)
         self.assertIn('"rewrites": "none"', warning)
@@ -108,7 +109,7 @@ class Check(unittest.TestCase):
         # domain violation, nothing outside.
         os.environ["ECHO_DOMAIN"] = json.dumps(suggested)
         try:
-            declared = kvcheck.check(echo_subjects.RefusesRewrites, time=2, seed=3, profile=["tiny", "sinks"],
+            declared = kvcheck.check(declared_subjects.RefusesRewrites, time=2, seed=3, profile=["tiny", "sinks"],
                                      out=self.out)
         finally:
             os.environ.pop("ECHO_DOMAIN")
@@ -118,7 +119,7 @@ class Check(unittest.TestCase):
     def declared(self, domain, **kwargs):
         os.environ["ECHO_DOMAIN"] = json.dumps(domain)
         try:
-            return kvcheck.check(echo_subjects.Declared, time=1, seed=3, out=self.out, **kwargs)
+            return kvcheck.check(declared_subjects.Declared, time=1, seed=3, out=self.out, **kwargs)
         finally:
             os.environ.pop("ECHO_DOMAIN")
 

@@ -349,7 +349,9 @@ class Domains(unittest.TestCase):
             "oversized": False,
             "malformed": False,
             "evict": "scene_cut",
-            "pin": "scene_cut",
+            "pin": "held",
+            "rewinds": "held",
+            "configs": {"min_room": 3, "min_window": 3, "batch": [1], "heads": [1, 2], "head_dim": [4]},
         }
         self.assertEqual(sorted(domain), sorted(kvcheck.DOMAIN_FIELDS))
         subject = self.declared(domain)

@@ -598,7 +598,10 @@ class LoopChecked(BinaryCase):
     (`DeclaredLoopToy`)."""
 
     def test_the_undeclared_loop_passes_with_its_cases_cut(self):
-        result = kvcheck.check(toy_class("LoopToy"), time=10, seed=11, out=self.out, extra=SLOW_START)
+        # Most of its draws are cut (about 80 %): allowed here, since the
+        # point is that the cut cases pass; by default that fails the check.
+        result = kvcheck.check(toy_class("LoopToy"), time=10, seed=11, max_outside=1.0, out=self.out,
+                               extra=SLOW_START)
         self.assertIn("no divergence", result.output)
         self.assertGreater(result.ops, 0)
         self.assertGreater(result.outside_share, 0.0, result.output)

@@ -163,8 +163,9 @@ pub struct Domain {
     pub pin: Moves,
     /// Which rewinds.
     pub rewinds: Rewinds,
-    /// Which configurations it opens.
-    pub configs: ConfigLimits,
+    /// Which configurations it opens (boxed: most domains leave it
+    /// empty, and capabilities carry a domain by value).
+    pub configs: Box<ConfigLimits>,
 }
 
 impl Default for Domain {
@@ -180,7 +181,7 @@ impl Default for Domain {
             evict: Moves::Any,
             pin: Moves::Any,
             rewinds: Rewinds::Any,
-            configs: ConfigLimits::default(),
+            configs: Box::default(),
         }
     }
 }
@@ -246,7 +247,7 @@ impl Domain {
             evict: Moves::SceneCut,
             pin: Moves::SceneCut,
             rewinds: Rewinds::Held,
-            configs: ConfigLimits::default(),
+            configs: Box::default(),
         }
     }
 
@@ -318,7 +319,7 @@ impl Domain {
             evict: narrower(self.evict, other.evict),
             pin: narrower(self.pin, other.pin),
             rewinds: narrower(self.rewinds, other.rewinds),
-            configs: self.configs.intersect(&other.configs),
+            configs: Box::new(self.configs.intersect(&other.configs)),
         }
     }
 
@@ -564,11 +565,14 @@ impl Domain {
     }
 }
 
+/// A domain narrowed in one field.
+pub type Narrowing = fn(Domain) -> Domain;
+
 /// The declarations an outside warning may suggest, each with the domain
 /// field it narrows, per field from the widest to the narrowest: each
 /// narrows the whole domain in one field ([`Domain::suggest`] tries them in
 /// this order).
-pub const SUGGESTIONS: &[(&str, fn(Domain) -> Domain)] = &[
+pub const SUGGESTIONS: &[(&str, Narrowing)] = &[
     ("\"malformed\": false", |d| Domain {
         malformed: false,
         ..d

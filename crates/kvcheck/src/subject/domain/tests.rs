@@ -208,13 +208,13 @@ fn configs_limits_and_chunks_that_never_fit_close_configurations() {
     .opens(&small)
     .is_ok());
     let limits = Domain {
-        configs: ConfigLimits {
+        configs: Box::new(ConfigLimits {
             min_room: Some(3),
             min_window: Some(2),
             batch: Some(vec![1]),
             heads: None,
             head_dim: Some(vec![1, 2]),
-        },
+        }),
         ..Domain::default()
     };
     assert!(limits.opens(&Config::dense(3)).is_ok());
@@ -250,11 +250,11 @@ fn configs_limits_and_chunks_that_never_fit_close_configurations() {
     assert_eq!(parsed.rewinds, Rewinds::Held);
     assert!(serde_json::from_str::<Domain>(r#"{"configs": {"rooms": 3}}"#).is_err());
     let both = limits.intersect(&Domain {
-        configs: ConfigLimits {
+        configs: Box::new(ConfigLimits {
             min_room: Some(4),
             head_dim: Some(vec![2, 3]),
             ..ConfigLimits::default()
-        },
+        }),
         ..Domain::default()
     });
     assert_eq!(both.configs.min_room, Some(4));
