@@ -345,12 +345,12 @@ fn the_outside_share_warns_and_names_the_declarations_to_make() {
     use kvcheck::report::DomainTally;
     let mut tally = DomainTally::default();
     // Judged whole: no line at all.
-    tally.count(10, None);
+    tally.count(10, 10, None);
     assert_eq!(tally.summary(), None);
     // Three of four cases cut early: well over the threshold.
-    tally.count(10, Some((1, Some("\"gaps\": false"))));
-    tally.count(10, Some((2, Some("\"gaps\": false"))));
-    tally.count(10, Some((0, Some("\"probes\": \"after_append\""))));
+    tally.count(10, 0, Some((1, Some("\"gaps\": false"))));
+    tally.count(10, 0, Some((2, Some("\"gaps\": false"))));
+    tally.count(10, 0, Some((0, Some("\"probes\": \"after_append\""))));
     let line = tally.summary().unwrap();
     assert!(
         line.contains("27 of 40 drawn ops (67.5%), 3 cases cut"),
@@ -366,7 +366,7 @@ fn the_outside_share_warns_and_names_the_declarations_to_make() {
     assert!(gaps < probes, "most cut cases first: {line}");
     // Under the threshold: the share, no warning.
     let mut low = DomainTally::default();
-    low.count(100, Some((95, None)));
+    low.count(100, 95, Some((95, None)));
     let line = low.summary().unwrap();
     assert!(!line.contains("warning"), "{line}");
 }
