@@ -18,14 +18,15 @@ requests:
 | rewind `to` | nothing is sent; the conversation is cut to its first `to` tokens, so the next request shares that prefix |
 | reset | nothing is sent; a new conversation starts (the server keeps its prompt cache) |
 
-Every request asks for one greedy token with the top log-probabilities
-of the first generated token. The judge is the same model without a
-cache: a fresh prefill of exactly the prompt (`--judge prefill`, the
-default), or, for a server whose arithmetic depends on the cache by design
-(`--kv-bits` quantizes what it caches), the same request to a second
-server whose prompt cache is emptied first (`--judge cold`). Log-
-probabilities further apart than `--tolerance` raise `RecomputeMismatch`,
-so kvcheck reports the request as a divergence, minimizes it and saves it.
+Every request asks for greedy tokens (one, or `--max-tokens`) with the
+top log-probabilities of each. The judge is the same model without a
+cache: a fresh prefill of exactly the prompt and the tokens generated
+before each one (`--judge prefill`, the default), or, for a server whose
+arithmetic depends on the cache by design (`--kv-bits` quantizes what it
+caches), the same request to a second server whose prompt cache is
+emptied first (`--judge cold`). Log-probabilities further apart than
+`--tolerance` raise `RecomputeMismatch`, so kvcheck reports the request
+as a divergence, minimizes it and saves it.
 
 The view kvcheck compares is the positions the server's model attends:
 every token of the prompt (these models keep every token in their global
@@ -35,7 +36,8 @@ below the capacity) are opened; `kvcheck run --profile growth` draws them.
 
     adapters/mlx-lm/.venv/bin/python adapters/mlx-lm/server_subject.py \\
         [--model llama|llama4|gemma3|qwen3-next] [--path batch|single] \\
-        [--judge prefill|cold] [--tolerance T] [--top K] [SERVER ARGS...]
+        [--judge prefill|cold] [--tolerance T] [--top K] [--api text|chat] \\
+        [--max-tokens N] [--draft MODEL] [--mask exact-hit] [-- SERVER ARGS...]
 
 SERVER ARGS are `mlx_lm.server` options, passed to its own parser after
 `--` (for example `-- --kv-bits 8 --quantized-kv-start 0`).
@@ -138,9 +140,9 @@ class RecomputeMismatch(RuntimeError):
 
 class TinyModel:
     """A model folder `mlx_lm.load` and `mlx_lm.server --model` accept:
-    random weights (seed 0), the config, and a word-level tokenizer."""
+    random weights (of `seed`), the config, and a word-level tokenizer."""
 
-    def __init__(self, name):
+    def __init__(self, name, seed=0):
         import mlx.core as mx
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -150,7 +152,7 @@ class TinyModel:
         self.path = tempfile.mkdtemp(prefix="kvcheck-mlx-%s-" % name)
         FOLDERS.append(self.path)
         model_class, args_class = _get_classes(config)
-        mx.random.seed(0)
+        mx.random.seed(seed)
         model = model_class(args_class.from_dict(config))
         mx.eval(model.parameters())
         model.save_weights(os.path.join(self.path, "model.safetensors"))
@@ -266,16 +268,19 @@ class MlxLmServer(kvcheck.Subject):
     values = False
     # What a client sends: follow-ups, edits of any earlier turn,
     # regenerates and new conversations; never a gap, never an empty
-    # prompt (a probe of an empty conversation).
-    domain = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append"}
+    # prompt (a probe of an empty conversation), never a cut past the
+    # conversation's end (a prefix longer than the conversation).
+    domain = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append", "rewinds": "held"}
 
     def __init__(self, model="llama", path="batch", judge="prefill", tolerance=1e-3, top=5, server_args=(),
-                 api="text", system=0, reply=True, max_tokens=1, masks=()):
+                 api="text", system=0, reply=True, max_tokens=1, masks=(), draft=None):
         options = ["--%s" % path] if path != "batch" else []
         options += ["--api chat --system %d" % system] if api == "chat" else []
         options += [] if reply else ["--no-reply"]
         options += ["--max-tokens %d" % max_tokens] if max_tokens != 1 else []
         options += ["--mask %s" % mask for mask in masks]
+        options += ["--draft %s" % draft] if draft else []
+        self.draft_name, self.draft = draft, None
         self.masks = list(masks)
         self.name = " ".join(["mlx_lm.server", model] + options + list(server_args))
         self.model_name, self.seeded, self.judge = model, path == "single", judge
@@ -307,13 +312,17 @@ class MlxLmServer(kvcheck.Subject):
         parser.add_argument("--no-reply", dest="reply", action="store_false",
                             help="a follow-up does not begin with the tokens the server answered")
         parser.add_argument("--max-tokens", type=int, default=1)
+        parser.add_argument("--draft", choices=sorted(MODELS),
+                            help="speculative decoding: a draft model of this architecture (other random "
+                            "weights, the same vocabulary) passed as --draft-model; the server then serves "
+                            "every request sequentially and trims rejected draft tokens from both caches")
         parser.add_argument("--mask", action="append", default=[], choices=sorted(MASKS),
                             help="hold back the requests of a known finding (answered outside the domain)")
         args, rest = parser.parse_known_args(argv)
         if rest and rest[0] == "--":
             rest = rest[1:]
         return cls(args.model, args.path, args.judge, args.tolerance, args.top, rest,
-                   args.api, args.system, args.reply, args.max_tokens, args.mask)
+                   args.api, args.system, args.reply, args.max_tokens, args.mask, args.draft)
 
     @property
     def global_end(self):
@@ -328,9 +337,12 @@ class MlxLmServer(kvcheck.Subject):
         self.close_servers()
         if self.model is None:
             self.model = TinyModel(self.model_name)
-        self.server = Server(self.model.path, self.server_args)
+            if self.draft_name:
+                self.draft = TinyModel(self.draft_name, seed=1)
+        args = self.server_args + (["--draft-model", self.draft.path] if self.draft else [])
+        self.server = Server(self.model.path, args)
         if self.judge == "cold":
-            self.cold = Server(self.model.path, self.server_args)
+            self.cold = Server(self.model.path, args)
         elif self.reference is None:
             from mlx_lm import load
 
@@ -399,13 +411,19 @@ class MlxLmServer(kvcheck.Subject):
         counted, cached, steps = self.server.complete(self.body(tokens, self.top))
         if counted != len(ids):
             raise RecomputeMismatch("the server counted %d prompt tokens of %d sent" % (counted, len(ids)))
-        got = steps[0]
-        wanted = self.expected(tokens, ids)
+        generated = [max(step, key=step.get) for step in steps]
+        for index, (got, wanted) in enumerate(zip(steps, self.expected(tokens, ids, generated))):
+            self.compare(index, got, wanted, "a %d-token prompt (%d reused from the prompt cache)" % (len(ids), cached))
+        self.reply = (len(tokens), generated)
+
+    def compare(self, index, got, wanted, what):
+        """Raises `RecomputeMismatch` unless the server's top log-probabilities
+        `got` of generated token `index` agree with the judge's `wanted`."""
+        which = "first" if index == 0 else "generated token %d's" % (index + 1)
         best = (max(got, key=got.get), max(wanted, key=wanted.get))
         if best[0] != best[1] and wanted[best[1]] - wanted.get(best[0], float("-inf")) > self.tolerance:
             raise RecomputeMismatch(
-                "the greedy token of a %d-token prompt (%d reused from the prompt cache) is %d, %s gives %d"
-                % (len(ids), cached, best[0], self.judge_name(), best[1])
+                "the %s greedy token after %s is %d, %s gives %d" % (which, what, best[0], self.judge_name(), best[1])
             )
         # The cold judge returns the server's top tokens only: compare those
         # both sides list.
@@ -413,29 +431,28 @@ class MlxLmServer(kvcheck.Subject):
         delta = abs(got[worst] - wanted[worst])
         if delta > self.tolerance:
             raise RecomputeMismatch(
-                "first-token log-probabilities of a %d-token prompt (%d reused from the prompt cache) differ "
-                "from %s by %.3g (token %d: %.4f against %.4f; tolerance %g)"
-                % (len(ids), cached, self.judge_name(), delta, worst, got[worst], wanted[worst], self.tolerance)
+                "%s-token log-probabilities of %s differ from %s by %.3g (token %d: %.4f against %.4f; tolerance %g)"
+                % (which, what, self.judge_name(), delta, worst, got[worst], wanted[worst], self.tolerance)
             )
-        self.reply = (len(tokens), [max(step, key=step.get) for step in steps])
 
     def judge_name(self):
         return "a fresh prefill" if self.judge == "prefill" else "a cold request"
 
-    def expected(self, tokens, ids):
-        """The log-probability of every token the judge gives after the
-        prompt (`ids` as the server's template makes them)."""
+    def expected(self, tokens, ids, generated):
+        """The judge's log-probabilities {id: logprob} of each token the
+        server generated after the prompt (`ids` as the server's template
+        makes them), given the tokens generated before it."""
         if self.judge == "cold":
             self.cold.forget()
-            _, _, steps = self.cold.complete(self.body(tokens, SERVER_TOP))
-            return steps[0]
+            return self.cold.complete(self.body(tokens, SERVER_TOP))[2]
         import mlx.core as mx
         from mlx_lm.models.cache import make_prompt_cache
 
-        logits = self.reference(mx.array([ids]), cache=make_prompt_cache(self.reference))[0, -1]
+        sequence = ids + generated[:-1]
+        logits = self.reference(mx.array([sequence]), cache=make_prompt_cache(self.reference))[0, len(ids) - 1 :]
         logits = logits.astype(mx.float32)
-        logprobs = (logits - mx.logsumexp(logits)).tolist()
-        return dict(enumerate(logprobs))
+        logprobs = (logits - mx.logsumexp(logits, axis=-1, keepdims=True)).tolist()
+        return [dict(enumerate(row)) for row in logprobs]
 
     def rewind(self, to):
         if to < 0 or to > len(self.tokens):

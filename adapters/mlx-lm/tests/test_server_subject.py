@@ -151,6 +151,36 @@ class AgainstAFreshPrefill(unittest.TestCase):
         finally:
             masked.close_servers()
 
+    def test_every_generated_token_judged(self):
+        # Three greedy tokens a request, each judged by a fresh prefill of
+        # the prompt and the tokens before it.
+        s = server_subject.MlxLmServer("llama", max_tokens=3)
+        try:
+            s.open(GROWTH)
+            s.write(0, 5, None, None, None, None)
+            self.assertEqual(len(s.reply[1]), 3)
+            s.write(5, 5, None, None, None, None)
+            s.rewind(2)
+            s.write(2, 2, None, None, None, None)
+        finally:
+            s.close_servers()
+
+    def test_a_draft_model_stores_a_cache_one_token_short(self):
+        # With --draft-model the server speculates; the last token of an
+        # answer that the target model produced (a rejected draft) is never
+        # run through the cache the server then stores under the prompt and
+        # every answered token. A follow-up that continues the conversation
+        # reuses that cache: a token is missing and the rest sit one
+        # position early, so its logits differ from a fresh prefill.
+        s = server_subject.MlxLmServer("llama", max_tokens=3, draft="llama")
+        try:
+            s.open(GROWTH)
+            s.write(0, 5, None, None, None, None)
+            with self.assertRaisesRegex(server_subject.RecomputeMismatch, "differ from a fresh prefill"):
+                s.write(5, 5, None, None, None, None)
+        finally:
+            s.close_servers()
+
     def test_cold_judge_compares_two_servers(self):
         # 8-bit keys and values: a prompt's last token attends quantized
         # rows when the rest came from the prompt cache, full-precision ones
