@@ -66,6 +66,10 @@ VOCAB = 64
 # content uses tokens 1 .. CONTENT, the end-of-sequence token is VOCAB - 1.
 MARKERS = {"system": 60, "user": 61, "end": 62}
 CONTENT = 59
+# The word of each token id, one each: a follow-up sends the server's own
+# answer back as text, so every id the model can generate (a marker too)
+# must come back as itself.
+WORDS = [{v: k for k, v in MARKERS.items()}.get(i, "w%d" % i) for i in range(VOCAB)]
 # A chat template with the shape of real ones: a role header, the content,
 # an end marker, so a system prompt's tokens end where the user's begin.
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} end {% endfor %}"
@@ -158,9 +162,7 @@ class TinyModel:
         model.save_weights(os.path.join(self.path, "model.safetensors"))
         with open(os.path.join(self.path, "config.json"), "w") as out:
             json.dump(config, out)
-        words = {"w%d" % i: i for i in range(VOCAB)}
-        words.update(MARKERS)
-        tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
+        tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="w0"))
         tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         tokenizer.decoder = decoders.WordPiece(prefix="##")
         tokenizer.save(os.path.join(self.path, "tokenizer.json"))
@@ -282,6 +284,10 @@ class MlxLmServer(kvcheck.Subject):
         options += ["--draft %s" % draft] if draft else []
         self.draft_name, self.draft = draft, None
         self.masks = list(masks)
+        if self.masks:
+            # A mask answers outside to requests the declared domain
+            # admits: a masked run declares none, so those only cut.
+            self.domain = None
         self.name = " ".join(["mlx_lm.server", model] + options + list(server_args))
         self.model_name, self.seeded, self.judge = model, path == "single", judge
         self.tolerance, self.top, self.server_args = tolerance, min(top, SERVER_TOP), list(server_args)
@@ -464,7 +470,7 @@ class MlxLmServer(kvcheck.Subject):
 
 
 def words(tokens):
-    return " ".join("w%d" % t for t in tokens)
+    return " ".join(WORDS[t] for t in tokens)
 
 
 def main(argv=None):

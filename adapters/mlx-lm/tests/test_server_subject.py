@@ -57,6 +57,22 @@ class Mapping(unittest.TestCase):
                 new = [server_subject.token(p, writer + 1) for p in range(start, start + 4)]
                 self.assertNotEqual(old, new)
 
+    def test_every_token_has_one_word(self):
+        # A follow-up sends the server's answer back as words: any id the
+        # model generates, a chat marker too, must map back to itself.
+        words = server_subject.WORDS
+        self.assertEqual(len(set(words)), server_subject.VOCAB)
+        for role, marker in server_subject.MARKERS.items():
+            self.assertEqual(words[marker], role)
+        self.assertEqual(server_subject.words([3, 61, 63]), "w3 user w63")
+
+    def test_a_masked_subject_declares_no_domain(self):
+        # A mask answers outside to requests the declared domain admits:
+        # declared, each would be a domain_violation.
+        self.assertIsNotNone(server_subject.MlxLmServer().capabilities().get("domain"))
+        masked = server_subject.MlxLmServer.from_args(["--mask", "exact-hit"])
+        self.assertNotIn("domain", masked.capabilities())
+
     def test_command_line_keeps_the_servers_own_options(self):
         s = server_subject.MlxLmServer.from_args(["--model", "llama4", "--judge", "cold", "--", "--kv-bits", "8"])
         self.assertEqual((s.model_name, s.judge, s.server_args), ("llama4", "cold", ["--kv-bits", "8"]))
@@ -150,6 +166,16 @@ class AgainstAFreshPrefill(unittest.TestCase):
             self.assertEqual(masked.write(4, 2, None, None, None, None), list(range(6)))
         finally:
             masked.close_servers()
+
+    def test_the_tokenizer_gives_back_every_id(self):
+        # The server reads the words a follow-up sends back: each must be
+        # the id the model generated (a duplicate word would read as unk).
+        from tokenizers import Tokenizer
+
+        model = server_subject.TinyModel("llama")
+        tokenizer = Tokenizer.from_file(os.path.join(model.path, "tokenizer.json"))
+        ids = list(range(server_subject.VOCAB))
+        self.assertEqual(tokenizer.encode(server_subject.words(ids)).ids, ids)
 
     def test_every_generated_token_judged(self):
         # Three greedy tokens a request, each judged by a fresh prefill of
