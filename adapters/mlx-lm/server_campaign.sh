@@ -74,3 +74,26 @@ for row in "${rows[@]}"; do
         echo "$label: exit $status in $(( $(date +%s) - started )) s: $(grep -E '^(no divergence|[0-9]+ distinct)|cases,' "$out/$label/output.txt" | tr '\n' ' ')"
     done
 done
+
+# The campaign table of docs/mlx-lm-server.md, from the runs' JSON reports.
+python3 - "$out" <<'PY'
+import json, os, sys
+
+out = sys.argv[1]
+lines = ["| row | cases | ops | requests | seconds | findings (minimized ops) |", "|---|---|---|---|---|---|"]
+for label in sorted(os.listdir(out)):
+    path = os.path.join(out, label, "report.json")
+    if not os.path.exists(path):
+        continue
+    report = json.load(open(path))
+    profiles = report["profiles"]
+    found = "; ".join(
+        "%s × %d (%s)" % (f["signature"]["shape"], f["count"], f["minimized_ops"]) for f in report["findings"]
+    )
+    lines.append("| %s | %d | %d | %d | %.0f | %s |" % (
+        label, sum(p["cases"] for p in profiles), sum(p["ops"] for p in profiles),
+        sum(p["domain"]["served"] for p in profiles), report["elapsed_s"], found or "none"))
+with open(os.path.join(out, "table.md"), "w") as table:
+    table.write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY

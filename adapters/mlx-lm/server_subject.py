@@ -364,6 +364,10 @@ class MlxLmServer(kvcheck.Subject):
     def write(self, start, length, heads, recent_window, k, v):
         if heads is not None or recent_window is not None:
             raise kvcheck.Outside("a request carries every head and no per-request window")
+        if start < 0 or length < 0:
+            # Declared (`malformed`: False) when unmasked; a masked run,
+            # which declares no domain, gets them too.
+            raise kvcheck.Outside("write %d+%d: no request has a negative start or length" % (start, length))
         if start > len(self.tokens):
             raise kvcheck.Outside("a gap: no request leaves positions %d..%d unwritten" % (len(self.tokens), start))
         self.writer += 1

@@ -72,6 +72,9 @@ class Mapping(unittest.TestCase):
         self.assertIsNotNone(server_subject.MlxLmServer().capabilities().get("domain"))
         masked = server_subject.MlxLmServer.from_args(["--mask", "exact-hit"])
         self.assertNotIn("domain", masked.capabilities())
+        # Undeclared, it is drawn malformed writes: each is outside.
+        with self.assertRaisesRegex(kvcheck.Outside, "negative"):
+            masked.write(0, -1, None, None, None, None)
 
     def test_command_line_keeps_the_servers_own_options(self):
         s = server_subject.MlxLmServer.from_args(["--model", "llama4", "--judge", "cold", "--", "--kv-bits", "8"])
