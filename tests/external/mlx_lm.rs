@@ -1,5 +1,7 @@
-//! mlx-lm's real caches through `adapters/mlx-lm/subject.py`: the traces of
-//! `tests/external/mlx-lm/` (its findings and the minimized differences by
+//! mlx-lm's real caches through `adapters/mlx-lm/subject.py`, and its
+//! server through `adapters/mlx-lm/server_subject.py`: the traces of
+//! `tests/external/mlx-lm/` (its findings, those of the server
+//! (`"script": "server_subject.py"`) and the minimized differences by
 //! design of docs/mlx-lm.md) still diverge where recorded, and random
 //! traces of the protocols where its contract and docs/contract.md coincide still
 //! agree. Opt-in: it runs only where `adapters/mlx-lm/setup.sh` has built
@@ -33,12 +35,13 @@ fn environment() -> Option<PathBuf> {
     }
 }
 
-/// The adapter as an `exec:` subject, with extra arguments.
-fn subject(python: &Path, args: &str) -> SubjectSpec {
+/// The adapter's `script` (`subject.py`, the caches; `server_subject.py`,
+/// the server) as an `exec:` subject, with extra arguments.
+fn subject(python: &Path, script: &str, args: &str) -> SubjectSpec {
     let command = format!(
         "exec:{} {} {args}",
         python.display(),
-        root().join("adapters/mlx-lm/subject.py").display()
+        root().join("adapters/mlx-lm").join(script).display()
     );
     SubjectSpec::parse(command.trim_end())
         .expect("exec subject")
@@ -53,7 +56,11 @@ fn subject(python: &Path, args: &str) -> SubjectSpec {
 fn mlx_lm_saved_traces_still_diverge() {
     let Some(python) = environment() else { return };
     crate::saved_traces_still_diverge("mlx-lm", "tests/external/mlx-lm", |entry| {
-        subject(&python, entry["subject_args"].as_str().unwrap_or(""))
+        subject(
+            &python,
+            entry["script"].as_str().unwrap_or("subject.py"),
+            entry["subject_args"].as_str().unwrap_or(""),
+        )
     });
 }
 
@@ -80,8 +87,12 @@ fn mlx_lm_agrees_on_its_protocols() {
         assert_eq!(files.len(), 8, "{cache}: traces written");
         for file in &files {
             let trace = Trace::load(file).expect("a protocol trace loads");
-            let report =
-                kvcheck::engine::replay::replay(&trace, None, Some(subject(&python, args)), None);
+            let report = kvcheck::engine::replay::replay(
+                &trace,
+                None,
+                Some(subject(&python, "subject.py", args)),
+                None,
+            );
             assert!(
                 report.passed() && report.skipped.is_none(),
                 "{}: {cache} protocol trace disagrees: {:?} {:?} {:?}",
