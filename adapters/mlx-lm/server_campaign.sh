@@ -80,27 +80,4 @@ for row in "${rows[@]}"; do
 done
 
 # The campaign table of docs/mlx-lm-server.md, from the runs' JSON reports.
-python3 - "$out" <<'PY'
-import json, os, sys
-
-out = sys.argv[1]
-lines = ["| row | cases | ops | requests | outside | search s | findings × divergences (minimized ops) |",
-         "|---|---|---|---|---|---|---|"]
-for label in sorted(os.listdir(out)):
-    path = os.path.join(out, label, "report.json")
-    if not os.path.exists(path):
-        continue
-    report = json.load(open(path))
-    profiles = report["profiles"]
-    found = "; ".join(
-        "%s × %d (%s)" % (f["signature"]["shape"], f["count"], f["minimized_ops"]) for f in report.get("findings", [])
-    )
-    drawn = sum(p["domain"]["drawn"] for p in profiles)
-    outside = 100.0 * sum(p["domain"]["outside"] for p in profiles) / max(drawn, 1)
-    lines.append("| %s | %d | %d | %d | %.1f %% | %.0f | %s |" % (
-        label, sum(p["cases"] for p in profiles), sum(p["ops"] for p in profiles),
-        sum(p["domain"]["served"] for p in profiles), outside, report["elapsed_s"], found or "none"))
-with open(os.path.join(out, "table.md"), "w") as table:
-    table.write("\n".join(lines) + "\n")
-print("\n".join(lines))
-PY
+python3 scripts/campaign_table.py "$out"

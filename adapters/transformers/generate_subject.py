@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""transformers' `generate()` as a kvcheck-subject/1 process: the front door
+of its KV caches, judged by the same model without a cache.
+
+The subject is the library's generation path, not a cache class. A tiny
+model with random weights (built in this process from the architecture's
+config: Llama, Mistral with a sliding window, a Gemma 2 of alternating
+sliding and full layers) generates greedily with `model.generate()`, and
+kvcheck's ops become the requests a chat or completion loop makes:
+
+| kvtrace op | `generate()` call |
+|---|---|
+| write `G+n` (append) | the conversation so far and `n` new tokens (beginning with the model's previous answer, as a loop that continues the text feeds it back): a follow-up |
+| write `s+n`, `s < G` (rewrite) | the first `s` tokens, `n` other tokens, then the rest as it was: an edited turn |
+| write `G+0` (probe) | the conversation again: a regenerate |
+| rewind `to` | nothing is called; the conversation is cut to its first `to` tokens |
+| reset | nothing is called; a new conversation starts |
+
+Each call is `model.generate(input_ids, max_new_tokens=N, do_sample=False,
+output_logits=True, return_dict_in_generate=True, ...)` with the cache of
+`--cache`: `cache_implementation=` one of transformers' names (`dynamic`,
+`static`, `sliding_window`, `hybrid`, `quantized` with HQQ), a fresh cache
+each call. With `--reuse`, the documented way to reuse a prompt cache
+across calls instead: one cache object (`DynamicCache(config=...)` with
+`activate_past_recording()`, so that its sliding layers can be cropped, or the
+`StaticCache` of `--cache static`) passed as `past_key_values` to every
+call, cropped (`cache.crop(-k)`, `k` tokens removed; `reset()` when none is kept) to the prefix the new prompt shares with
+what it holds, keeping at least one prompt token to compute. With
+`--assistant MODEL`, assisted generation (a draft model of that
+architecture, other random weights): `generate()` crops the cache after
+every rejected draft.
+
+The judge is the same model's forward without a cache
+(`use_cache=False`) on the prompt and the tokens generated before each
+one: every generated token's logits, as log-probabilities, within
+`--tolerance` (default 1e-4; both are float32 on the CPU), and each greedy
+token. A difference raises `RecomputeMismatch`, which kvcheck reports as a
+divergence of the write, minimizes and saves; an exception of `generate()`
+itself is compared the same way (the contract serves every such request).
+
+The view is every position of the prompt (the models' global layers keep
+every token; the sliding layers are checked through the logits), so only
+configs with growth and no window below the capacity open (`kvcheck run
+--profile growth`).
+
+    adapters/transformers/.venv/bin/python adapters/transformers/generate_subject.py \\
+        [--model llama|mistral|gemma2] [--cache dynamic|static|sliding_window|hybrid|quantized] \\
+        [--reuse] [--assistant MODEL] [--max-new-tokens N] [--tolerance T]
+"""
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+import kvcheck  # noqa: E402
+import kvcheck.serve  # noqa: E402
+from subject_support import Background  # noqa: E402
+
+VOCAB = 64
+# Prompt tokens are 1 .. CONTENT; the model may answer any id.
+CONTENT = 59
+# The longest conversation a static cache is built for: kvcheck's growth
+# profile stays well below it, and a longer one is outside.
+STATIC_LEN = 256
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=8, max_position_embeddings=512, rms_norm_eps=1e-6)
+# Tiny configurations of the architectures whose caches `generate()`
+# builds: full attention, a sliding window, and both layer kinds.
+MODELS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(COMMON, num_hidden_layers=2)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(COMMON, num_hidden_layers=2, sliding_window=4)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(COMMON, num_hidden_layers=2, sliding_window=4, query_pre_attn_scalar=8,
+                    layer_types=["sliding_attention", "full_attention"])),
+}
+CACHES = ("dynamic", "static", "sliding_window", "hybrid", "quantized")
+
+
+class RecomputeMismatch(RuntimeError):
+    """`generate()`'s logits differ from the same model's without a cache."""
+
+
+def token(position, writer):
+    """The token a write puts at a position: a function of both, so an
+    edited turn differs from the one it replaces, in 1 .. CONTENT."""
+    return 1 + (position * 7 + writer * 13 + (position * writer) % 5) % CONTENT
+
+
+def load():
+    """torch, transformers and the classes this uses, imported up front:
+    transformers' lazy attributes, first reached from another thread
+    while the module still loads, can come back missing."""
+    import torch
+    import transformers
+
+    for name in ["DynamicCache", "StaticCache"] + [cls for config, model, _ in MODELS.values() for cls in (config, model)]:
+        getattr(transformers, name)
+    return torch, transformers
+
+
+def build(name, seed):
+    """A tiny model of architecture `name`, random weights of `seed`, eval mode, float32."""
+    torch, transformers = library().ready()
+    config_class, model_class, config = MODELS[name]
+    config = getattr(transformers, config_class)(**config)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(config).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+_LIBRARY = []
+
+
+def library():
+    """torch and transformers, loading in the background from the first
+    call on: once per process (the helper loads this file a second time as
+    the subject's module; two imports of transformers racing in two
+    threads leave its lazy attributes missing)."""
+    if not _LIBRARY:
+        _LIBRARY.append(Background(load))
+    return _LIBRARY[0]
+
+
+class TransformersGenerate(kvcheck.Subject):
+    """`generate()` of a tiny model, judged without a cache (module docs)."""
+
+    dtypes = ("f32", "f16", "bf16")
+    variants = ("dense",)
+    features = ("growth",)
+    values = False
+    # What a chat or completion loop sends: follow-ups, edits, regenerates
+    # and new conversations; never a gap or an empty prompt, never a cut
+    # past the conversation's end.
+    domain = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append", "rewinds": "held"}
+
+    def __init__(self, model="llama", cache="dynamic", reuse=False, assistant=None, max_new_tokens=1,
+                 tolerance=1e-4):
+        self.model_name, self.cache_name, self.reuse = model, cache, reuse
+        self.assistant_name, self.max_new_tokens, self.tolerance = assistant, max_new_tokens, tolerance
+        options = ["--model %s --cache %s" % (model, cache)]
+        options += ["--reuse"] if reuse else []
+        options += ["--assistant %s" % assistant] if assistant else []
+        options += ["--max-new-tokens %d" % max_new_tokens] if max_new_tokens != 1 else []
+        self.name = "transformers generate() " + " ".join(options)
+        self.model = self.assistant = None
+        self.cache = None  # the reused cache (--reuse)
+        self.cached = []  # the tokens it holds
+        self.tokens, self.writer, self.reply = [], 0, None
+        library()  # loads while the helper answers hello
+
+    @classmethod
+    def from_args(cls, argv):
+        parser = argparse.ArgumentParser(prog="generate_subject.py", description=__doc__.split("\n\n")[0])
+        parser.add_argument("--model", choices=sorted(MODELS), default="llama")
+        parser.add_argument("--cache", choices=CACHES, default="dynamic",
+                            help="the cache_implementation generate() builds (with --reuse: the cache object "
+                            "passed as past_key_values: DynamicCache, or StaticCache for static)")
+        parser.add_argument("--reuse", action="store_true",
+                            help="one cache across calls, cropped to the prefix each prompt shares with it")
+        parser.add_argument("--assistant", choices=sorted(MODELS),
+                            help="assisted generation with a draft model of this architecture (other weights)")
+        parser.add_argument("--max-new-tokens", type=int, default=1)
+        parser.add_argument("--tolerance", type=float, default=1e-4)
+        args = parser.parse_args(argv)
+        if args.reuse and args.cache not in ("dynamic", "static"):
+            parser.error("--reuse passes a DynamicCache or a StaticCache: --cache dynamic or static")
+        return cls(args.model, args.cache, args.reuse, args.assistant, args.max_new_tokens, args.tolerance)
+
+    @property
+    def global_end(self):
+        return len(self.tokens)
+
+    def open(self, config):
+        if not config.get("growth") or (config.get("window") or config["capacity"]) < config["capacity"]:
+            raise kvcheck.Outside(
+                "generate() attends every token of a prompt: only configs with growth and no window "
+                "below the capacity describe it (kvcheck run --profile growth)"
+            )
+        if self.model is None:
+            self.model = build(self.model_name, 0)
+            if self.assistant_name:
+                self.assistant = build(self.assistant_name, 1)
+        self.cache, self.cached = None, []
+        self.tokens, self.writer, self.reply = [], 0, None
+
+    def write(self, start, length, heads, recent_window, k, v):
+        if heads is not None or recent_window is not None:
+            raise kvcheck.Outside("a call carries every head and no per-call window")
+        if start < 0 or length < 0:
+            raise kvcheck.Outside("write %d+%d: no call has a negative start or length" % (start, length))
+        if start > len(self.tokens):
+            raise kvcheck.Outside("a gap: no call leaves positions %d..%d unwritten" % (len(self.tokens), start))
+        self.writer += 1
+        new = [token(p, self.writer) for p in range(start, start + length)]
+        if self.reply is not None and self.reply[0] == start == len(self.tokens):
+            # A follow-up begins with the model's own answer.
+            answer = self.reply[1][:length]
+            new[: len(answer)] = answer
+        tokens = self.tokens[:start] + new + self.tokens[start + length:]
+        if not tokens:
+            raise kvcheck.Outside("an empty prompt: no call carries one")
+        if self.cache_name == "static" and len(tokens) + self.max_new_tokens > STATIC_LEN:
+            raise kvcheck.Outside("a conversation longer than the static cache (%d)" % STATIC_LEN)
+        generated = self.generate(tokens)
+        self.tokens, self.reply = tokens, (len(tokens), generated)
+        return list(range(len(tokens)))
+
+    def generate(self, tokens):
+        """The greedy tokens `generate()` answers `tokens` with, each judged."""
+        torch, transformers = library().ready()
+        kwargs = dict(max_new_tokens=self.max_new_tokens, min_new_tokens=self.max_new_tokens, do_sample=False,
+                      output_logits=True, return_dict_in_generate=True)
+        if self.assistant is not None:
+            kwargs["assistant_model"] = self.assistant
+        if self.reuse:
+            kwargs["past_key_values"] = self.reused(tokens)
+        elif self.cache_name == "quantized":
+            kwargs.update(cache_implementation="quantized", cache_config={"backend": "HQQ", "nbits": 4})
+        elif self.cache_name == "static":
+            kwargs.update(cache_implementation="static")
+        else:
+            kwargs["cache_implementation"] = self.cache_name
+        ids = torch.tensor([tokens])
+        with torch.no_grad():
+            # The attention mask a tokenizer returns with the ids: every
+            # token real (generate() would otherwise take the pad id, which
+            # the model may answer and a follow-up send back, for padding).
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+        generated = out.sequences[0, len(tokens):].tolist()
+        if self.reuse:
+            self.cached = (tokens + generated)[: self.cache.get_seq_length()]
+        self.judge(tokens, generated, [step[0] for step in out.logits])
+        return generated
+
+    def reused(self, tokens):
+        """The reused cache, cropped to the prefix `tokens` shares with what
+        it holds, one prompt token at least left to compute."""
+        torch, transformers = library().ready()
+        if self.cache is None:
+            if self.cache_name == "static":
+                self.cache = transformers.StaticCache(config=self.model.config, max_cache_len=STATIC_LEN)
+            else:
+                self.cache = transformers.DynamicCache(config=self.model.config)
+                # What the error of a sliding layer's crop past its window
+                # asks for (assisted decoding does the same).
+                self.cache.activate_past_recording()
+            self.cached = []
+        shared = 0
+        while shared < min(len(self.cached), len(tokens) - 1) and self.cached[shared] == tokens[shared]:
+            shared += 1
+        held = self.cache.get_seq_length()
+        if shared < held:
+            if shared == 0:
+                self.cache.reset()
+            else:
+                self.cache.crop(-(held - shared))
+        self.cached = self.cached[:shared]
+        return self.cache
+
+    def judge(self, tokens, generated, logits):
+        torch, _ = library().ready()
+        sequence = tokens + generated[:-1]
+        with torch.no_grad():
+            fresh = self.model(torch.tensor([sequence]), use_cache=False).logits[0, len(tokens) - 1:]
+        what = "a %d-token prompt" % len(tokens)
+        for index, (got, wanted) in enumerate(zip(logits, fresh)):
+            got, wanted = got.float().log_softmax(-1), wanted.float().log_softmax(-1)
+            which = "first" if index == 0 else "generated token %d's" % (index + 1)
+            best = int(wanted.argmax())
+            if generated[index] != best and float(wanted[best] - wanted[generated[index]]) > self.tolerance:
+                raise RecomputeMismatch("the %s greedy token after %s is %d, without a cache %d"
+                                        % (which, what, generated[index], best))
+            delta = (got - wanted).abs()
+            worst = int(delta.argmax())
+            if float(delta[worst]) > self.tolerance:
+                raise RecomputeMismatch(
+                    "%s-token log-probabilities after %s differ from the model without a cache by %.3g "
+                    "(token %d: %.4f against %.4f; tolerance %g)"
+                    % (which, what, float(delta[worst]), worst, float(got[worst]), float(wanted[worst]),
+                       self.tolerance))
+
+    def rewind(self, to):
+        if to < 0 or to > len(self.tokens):
+            raise kvcheck.Outside("rewind to %d: a conversation of %d tokens has no such prefix" % (to, len(self.tokens)))
+        self.tokens = self.tokens[:to]
+
+    def reset(self):
+        self.tokens, self.reply = [], None
+
+
+def main(argv=None):
+    return kvcheck.serve.main([os.path.abspath(__file__) + ":TransformersGenerate"]
+                              + list(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
