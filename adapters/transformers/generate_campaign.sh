@@ -41,7 +41,7 @@ rows=(
     "sliding-window|--model mistral --cache sliding_window --max-new-tokens 3"
     "sliding-reuse|--model mistral --reuse --max-new-tokens 2"
     "hybrid|--model gemma2 --cache hybrid --max-new-tokens 3"
-    "quantized|--model llama --cache quantized --max-new-tokens 3"
+    "quantized|--model llama --cache quantized --max-new-tokens 3 --tolerance 0.01"
     "assisted|--model llama --assistant llama --max-new-tokens 4"
     "assisted-sliding|--model mistral --assistant mistral --max-new-tokens 6"
 )

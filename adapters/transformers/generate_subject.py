@@ -19,7 +19,8 @@ kvcheck's ops become the requests a chat or completion loop makes:
 Each call is `model.generate(input_ids, max_new_tokens=N, do_sample=False,
 output_logits=True, return_dict_in_generate=True, ...)` with the cache of
 `--cache`: `cache_implementation=` one of transformers' names (`dynamic`,
-`static`, `sliding_window`, `hybrid`, `quantized` with HQQ), a fresh cache
+`static`, `sliding_window`, `hybrid`, `quantized` with HQQ, 8 bits; `offloaded`
+and `offloaded_static` where torch sees an accelerator), a fresh cache
 each call. With `--reuse`, the documented way to reuse a prompt cache
 across calls instead: one cache object (`DynamicCache(config=...)` with
 `activate_past_recording()`, so that its sliding layers can be cropped, or the
@@ -45,7 +46,7 @@ configs with growth and no window below the capacity open (`kvcheck run
 
     adapters/transformers/.venv/bin/python adapters/transformers/generate_subject.py \\
         [--model llama|mistral|gemma2] [--cache dynamic|static|sliding_window|hybrid|quantized] \\
-        [--reuse] [--assistant MODEL] [--max-new-tokens N] [--tolerance T]
+        [--reuse] [--assistant MODEL] [--max-new-tokens N] [--tolerance T] [--attention eager|sdpa]
 """
 
 import argparse
@@ -78,7 +79,10 @@ MODELS = {
                dict(COMMON, num_hidden_layers=2, sliding_window=4, query_pre_attn_scalar=8,
                     layer_types=["sliding_attention", "full_attention"])),
 }
-CACHES = ("dynamic", "static", "sliding_window", "hybrid", "quantized")
+CACHES = ("dynamic", "static", "sliding_window", "hybrid", "quantized", "offloaded", "offloaded_static")
+# Offloading moves layers between the accelerator and the CPU: on the CPU
+# alone generate() fails with a CUDA driver error.
+ACCELERATED = ("offloaded", "offloaded_static")
 
 
 class RecomputeMismatch(RuntimeError):
@@ -103,12 +107,13 @@ def load():
     return torch, transformers
 
 
-def build(name, seed):
-    """A tiny model of architecture `name`, random weights of `seed`, eval mode, float32."""
+def build(name, seed, attention="eager"):
+    """A tiny model of architecture `name`, random weights of `seed`, eval
+    mode, float32, with the attention implementation `attention`."""
     torch, transformers = library().ready()
     config_class, model_class, config = MODELS[name]
     config = getattr(transformers, config_class)(**config)
-    config._attn_implementation = "eager"
+    config._attn_implementation = attention
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)(config).eval()
     model.generation_config.eos_token_id = None
@@ -142,13 +147,14 @@ class TransformersGenerate(kvcheck.Subject):
     domain = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append", "rewinds": "held"}
 
     def __init__(self, model="llama", cache="dynamic", reuse=False, assistant=None, max_new_tokens=1,
-                 tolerance=1e-4):
-        self.model_name, self.cache_name, self.reuse = model, cache, reuse
+                 tolerance=1e-4, attention="eager"):
+        self.model_name, self.cache_name, self.reuse, self.attention = model, cache, reuse, attention
         self.assistant_name, self.max_new_tokens, self.tolerance = assistant, max_new_tokens, tolerance
         options = ["--model %s --cache %s" % (model, cache)]
         options += ["--reuse"] if reuse else []
         options += ["--assistant %s" % assistant] if assistant else []
         options += ["--max-new-tokens %d" % max_new_tokens] if max_new_tokens != 1 else []
+        options += ["--attention %s" % attention] if attention != "eager" else []
         self.name = "transformers generate() " + " ".join(options)
         self.model = self.assistant = None
         self.cache = None  # the reused cache (--reuse)
@@ -169,10 +175,14 @@ class TransformersGenerate(kvcheck.Subject):
                             help="assisted generation with a draft model of this architecture (other weights)")
         parser.add_argument("--max-new-tokens", type=int, default=1)
         parser.add_argument("--tolerance", type=float, default=1e-4)
+        parser.add_argument("--attention", choices=("eager", "sdpa"), default="eager",
+                            help="the attention implementation (eager raises on a mask that does not fit "
+                            "its keys; sdpa, transformers' default, may build no mask)")
         args = parser.parse_args(argv)
         if args.reuse and args.cache not in ("dynamic", "static"):
             parser.error("--reuse passes a DynamicCache or a StaticCache: --cache dynamic or static")
-        return cls(args.model, args.cache, args.reuse, args.assistant, args.max_new_tokens, args.tolerance)
+        return cls(args.model, args.cache, args.reuse, args.assistant, args.max_new_tokens, args.tolerance,
+                   args.attention)
 
     @property
     def global_end(self):
@@ -184,10 +194,13 @@ class TransformersGenerate(kvcheck.Subject):
                 "generate() attends every token of a prompt: only configs with growth and no window "
                 "below the capacity describe it (kvcheck run --profile growth)"
             )
+        if self.cache_name in ACCELERATED and not library().ready()[0].cuda.is_available():
+            raise RuntimeError("cache_implementation=%r offloads to the CPU from an accelerator, and torch "
+                               "sees none here" % self.cache_name)
         if self.model is None:
-            self.model = build(self.model_name, 0)
+            self.model = build(self.model_name, 0, self.attention)
             if self.assistant_name:
-                self.assistant = build(self.assistant_name, 1)
+                self.assistant = build(self.assistant_name, 1, self.attention)
         self.cache, self.cached = None, []
         self.tokens, self.writer, self.reply = [], 0, None
 
@@ -223,7 +236,10 @@ class TransformersGenerate(kvcheck.Subject):
         if self.reuse:
             kwargs["past_key_values"] = self.reused(tokens)
         elif self.cache_name == "quantized":
-            kwargs.update(cache_implementation="quantized", cache_config={"backend": "HQQ", "nbits": 4})
+            # 8 bits in groups of a head's width (the tiny models' head_dim
+            # 8; HQQ's default group of 64 does not divide their tensors).
+            kwargs.update(cache_implementation="quantized",
+                          cache_config={"backend": "hqq", "nbits": 8, "q_group_size": 8, "axis_key": 0, "axis_value": 0})
         elif self.cache_name == "static":
             kwargs.update(cache_implementation="static")
         else:

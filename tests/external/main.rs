@@ -104,11 +104,15 @@ fn saved_findings_still_diverge(python: &Path, version: &str) {
 }
 
 /// [`saved_traces_still_diverge`] on the `exec:` subject `command`, with
-/// each entry's optional `args` appended and its `exact_kinds` setting.
+/// each entry's optional `args` appended and its `exact_kinds` setting;
+/// `{script}` in `command` is the entry's `script` (default `subject.py`),
+/// for an adapter with more than one subject.
 pub(crate) fn saved_traces_of_command(library: &str, dir: &str, command: &str) {
     saved_traces_still_diverge(library, dir, |entry| {
         let exact = entry["exact_kinds"].as_bool().unwrap_or(false);
         let args = entry["args"].as_str().unwrap_or("");
+        let script = entry["script"].as_str().unwrap_or("subject.py");
+        let command = command.replace("{script}", script);
         kvcheck::subject::SubjectSpec::parse(format!("{command} {args}").trim_end())
             .expect("exec subject")
             .with_exec_options(Some(std::time::Duration::from_secs(120)), exact)

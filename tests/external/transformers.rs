@@ -1,6 +1,8 @@
 //! transformers' real caches (`adapters/transformers/`): the saved findings
 //! and differences by design of `tests/external/transformers/`, replayed on
-//! the unmasked adapter (see docs/transformers.md). Opt-in: it runs only
+//! the unmasked adapter (see docs/transformers.md), and those of
+//! `generate()` on its subject (`"script": "generate_subject.py"`, see
+//! docs/transformers-generate.md). Opt-in: it runs only
 //! where `adapters/transformers/setup.sh` has built its environment (the
 //! marker `adapters/transformers/.venv/KVCHECK_READY`).
 
@@ -23,7 +25,7 @@ fn transformers_saved_traces_still_diverge() {
     let command = format!(
         "exec:{} {}",
         python.display(),
-        root().join("adapters/transformers/subject.py").display()
+        root().join("adapters/transformers/{script}").display()
     );
     saved_traces_of_command("transformers", "tests/external/transformers", &command);
 }
