@@ -8,6 +8,10 @@
   an adapter whose `masks` map a name to `(what it holds back, kind, test)`.
 - `Checkout(...)`: where an adapter finds a library that is a source
   checkout, not a registry release (setup.sh's marker, or `$<NAME>_SRC`).
+- `Conversation`, `FRONT_DOOR_DOMAIN`, `front_door_config`: what a subject
+  of a library's entry point (a server, `generate()`) shares: the prompt
+  each op makes of a conversation, the requests a client sends, the
+  configs that describe attending every token.
 """
 
 import os
@@ -92,3 +96,75 @@ class Checkout:
             )
         return os.path.abspath(src)
 
+
+
+# What a client of an entry point sends: follow-ups, edits of any earlier
+# turn, regenerates and new conversations; never a gap, never an empty
+# prompt (a probe of an empty conversation), never a cut past the
+# conversation's end.
+FRONT_DOOR_DOMAIN = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append", "rewinds": "held"}
+
+
+def front_door_config(config, what):
+    """Raises `kvcheck.Outside` unless `config` keeps every position visible
+    (growth, no window below the capacity): `what` attends every token of
+    a prompt."""
+    import kvcheck
+
+    if not config.get("growth") or (config.get("window") or config["capacity"]) < config["capacity"]:
+        raise kvcheck.Outside(
+            "%s attends every token of a prompt: only configs with growth and no window below the "
+            "capacity describe it (kvcheck run --profile growth)" % what
+        )
+
+
+class Conversation:
+    """The tokens of one conversation with an entry point, as kvcheck's ops
+    edit it: a write is the next prompt (`prompt`), a rewind cuts it, a reset
+    starts another. Tokens are 1 .. `content`, a function of position and
+    writer, so an edited turn differs from the one it replaces."""
+
+    def __init__(self, content):
+        self.content = content
+        self.tokens, self.writer, self.reply = [], 0, None
+
+    def token(self, position, writer):
+        return 1 + (position * 7 + writer * 13 + (position * writer) % 5) % self.content
+
+    def prompt(self, start, length, heads, recent_window, follow=True):
+        """The prompt of write `start+length`: the first `start` tokens,
+        `length` new ones, then the rest as it was. An append begins with the
+        entry point's last answer when `follow` (a client continuing the
+        conversation sends it back). Raises `kvcheck.Outside` for what no
+        client sends."""
+        import kvcheck
+
+        if heads is not None or recent_window is not None:
+            raise kvcheck.Outside("a request carries every head and no per-request window")
+        if start < 0 or length < 0:
+            raise kvcheck.Outside("write %d+%d: no request has a negative start or length" % (start, length))
+        if start > len(self.tokens):
+            raise kvcheck.Outside("a gap: no request leaves positions %d..%d unwritten" % (len(self.tokens), start))
+        self.writer += 1
+        new = [self.token(p, self.writer) for p in range(start, start + length)]
+        if follow and self.reply is not None and self.reply[0] == start == len(self.tokens):
+            answer = self.reply[1][:length]
+            new[: len(answer)] = answer
+        tokens = self.tokens[:start] + new + self.tokens[start + length:]
+        if not tokens:
+            raise kvcheck.Outside("an empty prompt: no request carries one")
+        return tokens
+
+    def answered(self, tokens, generated):
+        """`tokens` was sent and answered with `generated`."""
+        self.tokens, self.reply = tokens, (len(tokens), generated)
+
+    def rewind(self, to):
+        import kvcheck
+
+        if to < 0 or to > len(self.tokens):
+            raise kvcheck.Outside("rewind to %d: a conversation of %d tokens has no such prefix" % (to, len(self.tokens)))
+        self.tokens = self.tokens[:to]
+
+    def reset(self):
+        self.tokens, self.reply = [], None

@@ -60,6 +60,9 @@ try:
 except ImportError:  # a checkout without the wheel installed: the package's sources
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
     import kvcheck
+# adapters/, last: its folders are named after the libraries they wrap.
+sys.path.append(os.path.dirname(HERE))
+from subject_support import FRONT_DOOR_DOMAIN, Conversation, front_door_config  # noqa: E402
 
 VOCAB = 64
 # Words of the chat template: roles and the end of a message. Prompt
@@ -254,13 +257,6 @@ class ServerError(Exception):
     """The server answered the request with an error status."""
 
 
-def token(position, writer):
-    """The token a write puts at a position: a function of both, so an
-    edited turn differs from the one it replaces, in 1 .. CONTENT (no
-    chat marker and no end-of-sequence token in a prompt's content)."""
-    return 1 + (position * 7 + writer * 13 + (position * writer) % 5) % CONTENT
-
-
 class MlxLmServer(kvcheck.Subject):
     """The server's prompt cache behind its HTTP front door (module docs)."""
 
@@ -268,11 +264,8 @@ class MlxLmServer(kvcheck.Subject):
     variants = ("dense",)
     features = ("growth",)
     values = False
-    # What a client sends: follow-ups, edits of any earlier turn,
-    # regenerates and new conversations; never a gap, never an empty
-    # prompt (a probe of an empty conversation), never a cut past the
-    # conversation's end (a prefix longer than the conversation).
-    domain = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append", "rewinds": "held"}
+    # What a client sends.
+    domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, model="llama", path="batch", judge="prefill", tolerance=1e-3, top=5, server_args=(),
                  api="text", system=0, reply=True, max_tokens=1, masks=(), draft=None):
@@ -293,12 +286,10 @@ class MlxLmServer(kvcheck.Subject):
         self.tolerance, self.top, self.server_args = tolerance, min(top, SERVER_TOP), list(server_args)
         self.api, self.system, self.reply_follows = api, system, reply and api == "text"
         self.max_tokens = max_tokens
-        self.reply = None  # (global end, tokens) of the server's last answer
         self.model = None  # written at the first open: hello needs no mlx
         self.server = self.cold = None
         self.reference = None
-        self.tokens = []
-        self.writer = 0
+        self.talk = Conversation(CONTENT)
 
     @classmethod
     def from_args(cls, argv):
@@ -332,14 +323,10 @@ class MlxLmServer(kvcheck.Subject):
 
     @property
     def global_end(self):
-        return len(self.tokens)
+        return len(self.talk.tokens)
 
     def open(self, config):
-        if not config.get("growth") or (config.get("window") or config["capacity"]) < config["capacity"]:
-            raise kvcheck.Outside(
-                "the server's models attend every token of a prompt: only configs with growth "
-                "and no window below the capacity describe it (kvcheck run --profile growth)"
-            )
+        front_door_config(config, "the server's models")
         self.close_servers()
         if self.model is None:
             self.model = TinyModel(self.model_name)
@@ -353,7 +340,7 @@ class MlxLmServer(kvcheck.Subject):
             from mlx_lm import load
 
             self.reference = load(self.model.path)[0]
-        self.tokens, self.writer, self.reply = [], 0, None
+        self.talk = Conversation(CONTENT)
 
     def close_servers(self):
         for server in (self.server, self.cold):
@@ -362,26 +349,10 @@ class MlxLmServer(kvcheck.Subject):
         self.server = self.cold = None
 
     def write(self, start, length, heads, recent_window, k, v):
-        if heads is not None or recent_window is not None:
-            raise kvcheck.Outside("a request carries every head and no per-request window")
-        if start < 0 or length < 0:
-            # Declared (`malformed`: False) when unmasked; a masked run,
-            # which declares no domain, gets them too.
-            raise kvcheck.Outside("write %d+%d: no request has a negative start or length" % (start, length))
-        if start > len(self.tokens):
-            raise kvcheck.Outside("a gap: no request leaves positions %d..%d unwritten" % (len(self.tokens), start))
-        self.writer += 1
-        new = [token(p, self.writer) for p in range(start, start + length)]
-        if self.reply_follows and self.reply is not None and self.reply[0] == start == len(self.tokens):
-            # A follow-up begins with the server's own answer, as a client
-            # that continues the conversation sends it back.
-            answer = self.reply[1][:length]
-            new[: len(answer)] = answer
-        tokens = self.tokens[:start] + new + self.tokens[start + length:]
-        if not tokens:
-            raise kvcheck.Outside("an empty prompt: no request carries one")
-        self.ask(tokens)
-        self.tokens = tokens
+        # A follow-up begins with the server's own answer, as a client that
+        # continues the conversation sends it back (text API).
+        tokens = self.talk.prompt(start, length, heads, recent_window, follow=self.reply_follows)
+        self.talk.answered(tokens, self.ask(tokens))
         return list(range(len(tokens)))
 
     def body(self, tokens, top):
@@ -424,7 +395,7 @@ class MlxLmServer(kvcheck.Subject):
         generated = [max(step, key=step.get) for step in steps]
         for index, (got, wanted) in enumerate(zip(steps, self.expected(tokens, ids, generated))):
             self.compare(index, got, wanted, "a %d-token prompt (%d reused from the prompt cache)" % (len(ids), cached))
-        self.reply = (len(tokens), generated)
+        return generated
 
     def compare(self, index, got, wanted, what):
         """Raises `RecomputeMismatch` unless the server's top log-probabilities
@@ -465,12 +436,10 @@ class MlxLmServer(kvcheck.Subject):
         return [dict(enumerate(row)) for row in logprobs]
 
     def rewind(self, to):
-        if to < 0 or to > len(self.tokens):
-            raise kvcheck.Outside("rewind to %d: a prefix of %d tokens has no such length" % (to, len(self.tokens)))
-        self.tokens = self.tokens[:to]
+        self.talk.rewind(to)
 
     def reset(self):
-        self.tokens, self.reply = [], None
+        self.talk.reset()
 
 
 def words(tokens):

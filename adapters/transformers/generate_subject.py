@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"
 
 import kvcheck  # noqa: E402
 import kvcheck.serve  # noqa: E402
-from subject_support import Background  # noqa: E402
+from subject_support import FRONT_DOOR_DOMAIN, Background, Conversation, front_door_config  # noqa: E402
 
 VOCAB = 64
 # Prompt tokens are 1 .. CONTENT; the model may answer any id.
@@ -87,12 +87,6 @@ ACCELERATED = ("offloaded", "offloaded_static")
 
 class RecomputeMismatch(RuntimeError):
     """`generate()`'s logits differ from the same model's without a cache."""
-
-
-def token(position, writer):
-    """The token a write puts at a position: a function of both, so an
-    edited turn differs from the one it replaces, in 1 .. CONTENT."""
-    return 1 + (position * 7 + writer * 13 + (position * writer) % 5) % CONTENT
 
 
 def load():
@@ -141,10 +135,8 @@ class TransformersGenerate(kvcheck.Subject):
     variants = ("dense",)
     features = ("growth",)
     values = False
-    # What a chat or completion loop sends: follow-ups, edits, regenerates
-    # and new conversations; never a gap or an empty prompt, never a cut
-    # past the conversation's end.
-    domain = {"gaps": False, "oversized": True, "malformed": False, "probes": "after_append", "rewinds": "held"}
+    # What a chat or completion loop sends.
+    domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, model="llama", cache="dynamic", reuse=False, assistant=None, max_new_tokens=1,
                  tolerance=1e-4, attention="eager"):
@@ -159,7 +151,7 @@ class TransformersGenerate(kvcheck.Subject):
         self.model = self.assistant = None
         self.cache = None  # the reused cache (--reuse)
         self.cached = []  # the tokens it holds
-        self.tokens, self.writer, self.reply = [], 0, None
+        self.talk = Conversation(CONTENT)
         library()  # loads while the helper answers hello
 
     @classmethod
@@ -186,14 +178,10 @@ class TransformersGenerate(kvcheck.Subject):
 
     @property
     def global_end(self):
-        return len(self.tokens)
+        return len(self.talk.tokens)
 
     def open(self, config):
-        if not config.get("growth") or (config.get("window") or config["capacity"]) < config["capacity"]:
-            raise kvcheck.Outside(
-                "generate() attends every token of a prompt: only configs with growth and no window "
-                "below the capacity describe it (kvcheck run --profile growth)"
-            )
+        front_door_config(config, "generate()")
         if self.cache_name in ACCELERATED and not library().ready()[0].cuda.is_available():
             raise RuntimeError("cache_implementation=%r offloads to the CPU from an accelerator, and torch "
                                "sees none here" % self.cache_name)
@@ -202,28 +190,13 @@ class TransformersGenerate(kvcheck.Subject):
             if self.assistant_name:
                 self.assistant = build(self.assistant_name, 1, self.attention)
         self.cache, self.cached = None, []
-        self.tokens, self.writer, self.reply = [], 0, None
+        self.talk = Conversation(CONTENT)
 
     def write(self, start, length, heads, recent_window, k, v):
-        if heads is not None or recent_window is not None:
-            raise kvcheck.Outside("a call carries every head and no per-call window")
-        if start < 0 or length < 0:
-            raise kvcheck.Outside("write %d+%d: no call has a negative start or length" % (start, length))
-        if start > len(self.tokens):
-            raise kvcheck.Outside("a gap: no call leaves positions %d..%d unwritten" % (len(self.tokens), start))
-        self.writer += 1
-        new = [token(p, self.writer) for p in range(start, start + length)]
-        if self.reply is not None and self.reply[0] == start == len(self.tokens):
-            # A follow-up begins with the model's own answer.
-            answer = self.reply[1][:length]
-            new[: len(answer)] = answer
-        tokens = self.tokens[:start] + new + self.tokens[start + length:]
-        if not tokens:
-            raise kvcheck.Outside("an empty prompt: no call carries one")
+        tokens = self.talk.prompt(start, length, heads, recent_window)
         if self.cache_name == "static" and len(tokens) + self.max_new_tokens > STATIC_LEN:
             raise kvcheck.Outside("a conversation longer than the static cache (%d)" % STATIC_LEN)
-        generated = self.generate(tokens)
-        self.tokens, self.reply = tokens, (len(tokens), generated)
+        self.talk.answered(tokens, self.generate(tokens))
         return list(range(len(tokens)))
 
     def generate(self, tokens):
@@ -304,12 +277,10 @@ class TransformersGenerate(kvcheck.Subject):
                        self.tolerance))
 
     def rewind(self, to):
-        if to < 0 or to > len(self.tokens):
-            raise kvcheck.Outside("rewind to %d: a conversation of %d tokens has no such prefix" % (to, len(self.tokens)))
-        self.tokens = self.tokens[:to]
+        self.talk.rewind(to)
 
     def reset(self):
-        self.tokens, self.reply = [], None
+        self.talk.reset()
 
 
 def main(argv=None):

@@ -47,14 +47,15 @@ class Mapping(unittest.TestCase):
     def test_tokens_are_prompt_words_and_an_edit_changes_them(self):
         for writer in range(1, 20):
             for position in range(64):
-                t = server_subject.token(position, writer)
+                t = server_subject.Conversation(server_subject.CONTENT).token(position, writer)
                 self.assertTrue(1 <= t <= server_subject.VOCAB - 2, t)
         # An edited turn (another writer) differs somewhere in a 4-token
         # span; equal tokens would make it a regenerate.
         for writer in range(1, 20):
             for start in range(0, 40):
-                old = [server_subject.token(p, writer) for p in range(start, start + 4)]
-                new = [server_subject.token(p, writer + 1) for p in range(start, start + 4)]
+                token = server_subject.Conversation(server_subject.CONTENT).token
+                old = [token(p, writer) for p in range(start, start + 4)]
+                new = [token(p, writer + 1) for p in range(start, start + 4)]
                 self.assertNotEqual(old, new)
 
     def test_every_token_has_one_word(self):
@@ -187,7 +188,7 @@ class AgainstAFreshPrefill(unittest.TestCase):
         try:
             s.open(GROWTH)
             s.write(0, 5, None, None, None, None)
-            self.assertEqual(len(s.reply[1]), 3)
+            self.assertEqual(len(s.talk.reply[1]), 3)
             s.write(5, 5, None, None, None, None)
             s.rewind(2)
             s.write(2, 2, None, None, None, None)

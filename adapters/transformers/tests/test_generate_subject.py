@@ -44,13 +44,14 @@ GROWTH = {
 
 class Mapping(unittest.TestCase):
     def test_tokens_are_content_and_an_edit_changes_them(self):
+        token = generate_subject.Conversation(generate_subject.CONTENT).token
         for writer in range(1, 20):
             for position in range(64):
-                self.assertTrue(1 <= generate_subject.token(position, writer) <= generate_subject.CONTENT)
+                self.assertTrue(1 <= token(position, writer) <= generate_subject.CONTENT)
         for writer in range(1, 20):
             for start in range(40):
-                old = [generate_subject.token(p, writer) for p in range(start, start + 4)]
-                new = [generate_subject.token(p, writer + 1) for p in range(start, start + 4)]
+                old = [token(p, writer) for p in range(start, start + 4)]
+                new = [token(p, writer + 1) for p in range(start, start + 4)]
                 self.assertNotEqual(old, new)
 
     def test_command_line(self):
@@ -101,7 +102,7 @@ class AgainstTheModelWithoutACache(unittest.TestCase):
             with self.subTest(model=model, cache=cache, reuse=reuse):
                 subject = generate_subject.TransformersGenerate(model, cache, reuse, max_new_tokens=3, tolerance=tolerance)
                 s = self.run_requests(subject)
-                self.assertEqual(len(s.reply[1]), 3)
+                self.assertEqual(len(s.talk.reply[1]), 3)
 
     def test_a_prompt_holding_the_pad_id_is_all_attended(self):
         # The model may answer token 0, the pad id, and a follow-up sends
