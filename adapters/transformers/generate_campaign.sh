@@ -44,6 +44,7 @@ rows=(
     "quantized|--model llama --cache quantized --max-new-tokens 3 --tolerance 0.01"
     "assisted|--model llama --assistant llama --max-new-tokens 4"
     "assisted-sliding|--model mistral --assistant mistral --max-new-tokens 6"
+    "batching|--model llama --batching --max-new-tokens 3"
 )
 
 mkdir -p "$out"

@@ -29,7 +29,10 @@ call, cropped (`cache.crop(-k)`, `k` tokens removed; `reset()` when none is kept
 what it holds, keeping at least one prompt token to compute. With
 `--assistant MODEL`, assisted generation (a draft model of that
 architecture, other random weights): `generate()` crops the cache after
-every rejected draft.
+every rejected draft. With `--batching`, continuous batching instead:
+`generate_batch()` of the prompt beside the last two prompts sent, through
+one persistent manager whose paged cache outlives each call; its greedy
+tokens are judged (it returns no logits).
 
 The judge is the same model's forward without a cache
 (`use_cache=False`) on the prompt and the tokens generated before each
@@ -46,7 +49,7 @@ configs with growth and no window below the capacity open (`kvcheck run
 
     adapters/transformers/.venv/bin/python adapters/transformers/generate_subject.py \\
         [--model llama|mistral|gemma2] [--cache dynamic|static|sliding_window|hybrid|quantized] \\
-        [--reuse] [--assistant MODEL] [--max-new-tokens N] [--tolerance T] [--attention eager|sdpa]
+        [--reuse] [--assistant MODEL] [--max-new-tokens N] [--tolerance T] [--attention eager|sdpa] [--batching]
 """
 
 import argparse
@@ -139,14 +142,16 @@ class TransformersGenerate(kvcheck.Subject):
     domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, model="llama", cache="dynamic", reuse=False, assistant=None, max_new_tokens=1,
-                 tolerance=1e-4, attention="eager"):
+                 tolerance=1e-4, attention="eager", batching=False):
         self.model_name, self.cache_name, self.reuse, self.attention = model, cache, reuse, attention
+        self.batching, self.sent = batching, []
         self.assistant_name, self.max_new_tokens, self.tolerance = assistant, max_new_tokens, tolerance
         options = ["--model %s --cache %s" % (model, cache)]
         options += ["--reuse"] if reuse else []
         options += ["--assistant %s" % assistant] if assistant else []
         options += ["--max-new-tokens %d" % max_new_tokens] if max_new_tokens != 1 else []
         options += ["--attention %s" % attention] if attention != "eager" else []
+        options += ["--batching"] if batching else []
         self.name = "transformers generate() " + " ".join(options)
         self.model = self.assistant = None
         self.cache = None  # the reused cache (--reuse)
@@ -170,11 +175,16 @@ class TransformersGenerate(kvcheck.Subject):
         parser.add_argument("--attention", choices=("eager", "sdpa"), default="eager",
                             help="the attention implementation (eager raises on a mask that does not fit "
                             "its keys; sdpa, transformers' default, may build no mask)")
+        parser.add_argument("--batching", action="store_true",
+                            help="continuous batching: generate_batch() with a persistent manager (the paged "
+                            "cache), each request beside the conversation's last two, greedy tokens judged")
         args = parser.parse_args(argv)
+        if args.batching and (args.reuse or args.assistant or args.cache != "dynamic"):
+            parser.error("--batching has its own paged cache: no --reuse, --assistant or --cache")
         if args.reuse and args.cache not in ("dynamic", "static"):
             parser.error("--reuse passes a DynamicCache or a StaticCache: --cache dynamic or static")
         return cls(args.model, args.cache, args.reuse, args.assistant, args.max_new_tokens, args.tolerance,
-                   args.attention)
+                   args.attention, args.batching)
 
     @property
     def global_end(self):
@@ -189,7 +199,7 @@ class TransformersGenerate(kvcheck.Subject):
             self.model = build(self.model_name, 0, self.attention)
             if self.assistant_name:
                 self.assistant = build(self.assistant_name, 1, self.attention)
-        self.cache, self.cached = None, []
+        self.cache, self.cached, self.sent = None, [], []
         self.talk = Conversation(CONTENT)
 
     def write(self, start, length, heads, recent_window, k, v):
@@ -201,6 +211,8 @@ class TransformersGenerate(kvcheck.Subject):
 
     def generate(self, tokens):
         """The greedy tokens `generate()` answers `tokens` with, each judged."""
+        if self.batching:
+            return self.generate_batch(tokens)
         torch, transformers = library().ready()
         kwargs = dict(max_new_tokens=self.max_new_tokens, min_new_tokens=self.max_new_tokens, do_sample=False,
                       output_logits=True, return_dict_in_generate=True)
@@ -228,6 +240,37 @@ class TransformersGenerate(kvcheck.Subject):
             self.cached = (tokens + generated)[: self.cache.get_seq_length()]
         self.judge(tokens, generated, [step[0] for step in out.logits])
         return generated
+
+    def generate_batch(self, tokens):
+        """`generate_batch()` of `tokens` beside the last two prompts sent
+        (they share prefixes with it: follow-ups, edits), through one
+        persistent manager, so its paged cache outlives the call; every
+        request's greedy tokens against the model's without a cache."""
+        torch, transformers = library().ready()
+        config = transformers.GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=False,
+                                               eos_token_id=None, pad_token_id=0)
+        batch = [tokens] + self.sent[-2:]
+        out = self.model.generate_batch(inputs=batch, generation_config=config, progress_bar=False,
+                                        warmup=False, persistent_manager=True)
+        answers = [result.generated_tokens for _, result in sorted(out.items(), key=lambda item: int(item[0].split("_")[-1]))]
+        if len(answers) != len(batch):
+            raise RecomputeMismatch("generate_batch answered %d of %d requests" % (len(answers), len(batch)))
+        for prompt, answer in zip(batch, answers):
+            wanted = self.greedy(prompt)
+            if list(answer) != wanted:
+                raise RecomputeMismatch("generate_batch answers a %d-token prompt with %s, the model without a "
+                                        "cache with %s" % (len(prompt), list(answer), wanted))
+        self.sent = (self.sent + [tokens])[-2:]
+        return list(answers[0])
+
+    def greedy(self, prompt):
+        """The model's greedy tokens after `prompt`, every step without a cache."""
+        torch, _ = library().ready()
+        sequence = list(prompt)
+        with torch.no_grad():
+            for _ in range(self.max_new_tokens):
+                sequence.append(int(self.model(torch.tensor([sequence]), use_cache=False).logits[0, -1].argmax()))
+        return sequence[len(prompt):]
 
     def reused(self, tokens):
         """The reused cache, cropped to the prefix `tokens` shares with what

@@ -58,7 +58,8 @@ class Mapping(unittest.TestCase):
         s = generate_subject.TransformersGenerate.from_args(["--model", "mistral", "--cache", "static", "--reuse"])
         self.assertEqual((s.model_name, s.cache_name, s.reuse), ("mistral", "static", True))
         self.assertIn("--reuse", s.name)
-        for bad in (["--cache", "hybrid", "--reuse"], ["--model", "gpt-7"], ["--cache", "paged"]):
+        for bad in (["--cache", "hybrid", "--reuse"], ["--model", "gpt-7"], ["--cache", "paged"],
+                    ["--batching", "--reuse"], ["--batching", "--cache", "static"]):
             with self.assertRaises(SystemExit):
                 generate_subject.TransformersGenerate.from_args(bad)
 
@@ -112,6 +113,17 @@ class AgainstTheModelWithoutACache(unittest.TestCase):
         s.open(GROWTH)
         self.assertEqual(len(s.generate([5, 9, 0])), 2)
         self.assertEqual(len(s.generate([3] * 30 + [0])), 2)
+
+    def test_continuous_batching_agrees(self):
+        # generate_batch() through one persistent manager: each request
+        # beside the conversation's last two, every answer's greedy tokens
+        # against the model without a cache.
+        s = generate_subject.TransformersGenerate("llama", batching=True, max_new_tokens=3)
+        s.open(GROWTH)
+        s.write(0, 5, None, None, None, None)
+        s.write(5, 3, None, None, None, None)
+        s.write(2, 2, None, None, None, None)
+        self.assertEqual((len(s.talk.reply[1]), len(s.sent)), (3, 2))
 
     def test_the_offloaded_caches_where_an_accelerator_is(self):
         import torch
