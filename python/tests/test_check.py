@@ -27,23 +27,11 @@ sys.path.insert(0, HERE)
 import declared_subjects  # noqa: E402
 import echo_subjects  # noqa: E402
 
-DEBUG_BINARY = os.path.join(ROOT, "target", "debug", "kvcheck")
-BINARY = os.environ.get("KVCHECK_BIN") or DEBUG_BINARY
+from kvcheck_binary import WithBinary, needs_binary  # noqa: E402
 
 
-@unittest.skipUnless(os.path.isfile(BINARY), "no kvcheck binary at %s: run cargo build -p kvcheck" % BINARY)
-class Check(unittest.TestCase):
-    def setUp(self):
-        self.saved = os.environ.get("KVCHECK_BIN")
-        os.environ["KVCHECK_BIN"] = BINARY
-        self.out = os.path.join(ROOT, "target", "python-check-failures")
-
-    def tearDown(self):
-        if self.saved is None:
-            os.environ.pop("KVCHECK_BIN")
-        else:
-            os.environ["KVCHECK_BIN"] = self.saved
-
+@needs_binary
+class Check(WithBinary):
     def test_the_reference_passes_and_the_op_count_comes_back(self):
         result = kvcheck.check(reference_subject.Reference, time=2, profile=["tiny", "packed"], seed=3, out=self.out)
         self.assertGreater(result.ops, 100)

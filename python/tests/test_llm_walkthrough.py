@@ -28,8 +28,7 @@ from kvcheck.subject import Session  # noqa: E402
 import sink_cache  # noqa: E402
 import test_sink_cache  # noqa: E402
 
-DEBUG_BINARY = os.path.join(ROOT, "target", "debug", "kvcheck")
-BINARY = os.environ.get("KVCHECK_BIN") or DEBUG_BINARY
+from kvcheck_binary import WithBinary, needs_binary  # noqa: E402
 
 
 def config(capacity, sink, heads=1, head_dim=1):
@@ -90,18 +89,10 @@ class Cache(unittest.TestCase):
         self.assertEqual(self.write(session, 1, 0)["ok"]["visible"], [0])
 
 
-@unittest.skipUnless(os.path.isfile(BINARY), "no kvcheck binary at %s: run cargo build -p kvcheck" % BINARY)
-class Checked(unittest.TestCase):
-    def setUp(self):
-        self.saved = os.environ.get("KVCHECK_BIN")
-        os.environ["KVCHECK_BIN"] = BINARY
-        self.out = os.path.join(ROOT, "target", "python-check-failures")
-
+@needs_binary
+class Checked(WithBinary):
     def tearDown(self):
-        if self.saved is None:
-            os.environ.pop("KVCHECK_BIN")
-        else:
-            os.environ["KVCHECK_BIN"] = self.saved
+        super().tearDown()
         runner.TIME_OVERRIDE = None
 
     def test_the_pytest_test_passes(self):

@@ -44,10 +44,7 @@ except ImportError:
 needs_torch = unittest.skipIf(
     torch is None, "torch is not installed: pip install torch to run the attention tap's tests"
 )
-BINARY = os.environ.get("KVCHECK_BIN") or os.path.join(ROOT, "target", "debug", "kvcheck")
-needs_binary = unittest.skipUnless(
-    os.path.isfile(BINARY), "no kvcheck binary at %s: run cargo build -p kvcheck" % BINARY
-)
+from kvcheck_binary import BINARY, WithBinary, needs_binary  # noqa: E402
 
 
 class Import(unittest.TestCase):
@@ -492,19 +489,10 @@ def toy_class(name):
     return getattr(tapped_toy, name)
 
 
-class BinaryCase(unittest.TestCase):
+class BinaryCase(WithBinary):
     """A case that runs the kvcheck binary, failures under target/."""
 
-    def setUp(self):
-        self.saved = os.environ.get("KVCHECK_BIN")
-        os.environ["KVCHECK_BIN"] = BINARY
-        self.out = os.path.join(ROOT, "target", "python-tap-failures")
-
-    def tearDown(self):
-        if self.saved is None:
-            os.environ.pop("KVCHECK_BIN")
-        else:
-            os.environ["KVCHECK_BIN"] = self.saved
+    OUT = "python-tap-failures"
 
 
 @needs_torch

@@ -24,8 +24,7 @@ from kvcheck.subject import Session  # noqa: E402
 
 import toy_loop  # noqa: E402
 
-DEBUG_BINARY = os.path.join(ROOT, "target", "debug", "kvcheck")
-BINARY = os.environ.get("KVCHECK_BIN") or DEBUG_BINARY
+from kvcheck_binary import WithBinary, needs_binary  # noqa: E402
 
 
 class Undeclared(toy_loop.ToyLoop):
@@ -90,19 +89,8 @@ class Loop(unittest.TestCase):
         self.assertNotIn("domain", Undeclared().capabilities(revision=3))
 
 
-@unittest.skipUnless(os.path.isfile(BINARY), "no kvcheck binary at %s: run cargo build -p kvcheck" % BINARY)
-class Checked(unittest.TestCase):
-    def setUp(self):
-        self.saved = os.environ.get("KVCHECK_BIN")
-        os.environ["KVCHECK_BIN"] = BINARY
-        self.out = os.path.join(ROOT, "target", "python-check-failures")
-
-    def tearDown(self):
-        if self.saved is None:
-            os.environ.pop("KVCHECK_BIN")
-        else:
-            os.environ["KVCHECK_BIN"] = self.saved
-
+@needs_binary
+class Checked(WithBinary):
     def assert_found(self, subject):
         with self.assertRaises(kvcheck.Divergence) as caught:
             kvcheck.check(subject, time=3, seed=7, args=["--bug"], out=self.out)
