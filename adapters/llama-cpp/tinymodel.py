@@ -34,14 +34,14 @@ ARCHS = ("llama", "gemma2")
 class TinyModel:
     """A written GGUF file and the layer-0 tables of its tokens."""
 
-    def __init__(self, path, arch, layers, window, k0, v0):
+    def __init__(self, path, arch, layers, window, k0, v0, head_dim=16):
         self.path = path
         self.arch = arch
         self.layers = layers
         self.window = window
         self.k0 = k0  # [VOCAB, N_HEAD * HEAD_DIM], before RoPE
         self.v0 = v0  # [VOCAB, N_HEAD * HEAD_DIM]
-        self.head_dim = HEAD_DIM
+        self.head_dim = head_dim
         self.n_head_kv = N_HEAD
         self.rope_base = ROPE_BASE
         self.neox = arch == "gemma2"
@@ -51,9 +51,10 @@ class TinyModel:
     def rope(self, rows, positions):
         """RoPE of `rows` ([n, heads * head_dim], f64) at `positions` ([n]),
         as ggml's rope of this model's type rotates them."""
-        rows = np.asarray(rows, dtype=np.float64).reshape(len(positions), N_HEAD, HEAD_DIM)
-        half = HEAD_DIM // 2
-        inv = ROPE_BASE ** (-2.0 * np.arange(half) / HEAD_DIM)
+        head_dim = self.head_dim
+        rows = np.asarray(rows, dtype=np.float64).reshape(len(positions), N_HEAD, head_dim)
+        half = head_dim // 2
+        inv = ROPE_BASE ** (-2.0 * np.arange(half) / head_dim)
         theta = np.asarray(positions, dtype=np.float64)[:, None] * inv[None, :]
         cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
         if self.neox:
@@ -67,11 +68,13 @@ class TinyModel:
             out[..., :half], out[..., half:] = y0, y1
         else:
             out[..., 0::2], out[..., 1::2] = y0, y1
-        return out.reshape(len(positions), N_HEAD * HEAD_DIM)
+        return out.reshape(len(positions), N_HEAD * head_dim)
 
 
-def build(directory, arch="llama", layers=1, window=None, seed=0):
-    """Writes the model to `directory` (once per arguments) and returns a TinyModel."""
+def build(directory, arch="llama", layers=1, window=None, seed=0, head_dim=HEAD_DIM):
+    """Writes the model to `directory` (once per arguments) and returns a
+    TinyModel. `head_dim` 32 lets llama.cpp quantize the K/V cache (its
+    quantized types pack blocks of 32 values of a head)."""
     import gguf
 
     if arch not in ARCHS:
@@ -79,7 +82,7 @@ def build(directory, arch="llama", layers=1, window=None, seed=0):
     if arch == "gemma2" and (window is None or window < 1 or layers < 2):
         raise ValueError("gemma2 needs a window >= 1 and at least 2 layers (layer 0 slides, layer 1 is full)")
     rng = np.random.default_rng(seed)
-    kv = N_HEAD * HEAD_DIM
+    kv = N_HEAD * head_dim
 
     def weight(rows, cols, scale=None):
         return (rng.standard_normal((rows, cols)) * (scale or cols ** -0.5)).astype(np.float32)
@@ -103,7 +106,7 @@ def build(directory, arch="llama", layers=1, window=None, seed=0):
             tensors[b + "post_attention_norm.weight"] = np.ones(N_EMBD, np.float32)
             tensors[b + "post_ffw_norm.weight"] = np.ones(N_EMBD, np.float32)
 
-    name = "%s-l%d-w%s-s%d.gguf" % (arch, layers, window or 0, seed)
+    name = "%s-l%d-w%s-s%d%s.gguf" % (arch, layers, window or 0, seed, "" if head_dim == HEAD_DIM else "-d%d" % head_dim)
     path = os.path.join(directory, name)
     if not os.path.exists(path):
         tmp = path + ".%d.tmp" % os.getpid()
@@ -114,11 +117,11 @@ def build(directory, arch="llama", layers=1, window=None, seed=0):
         w.add_feed_forward_length(N_FF)
         w.add_head_count(N_HEAD)
         w.add_head_count_kv(N_HEAD)
-        w.add_key_length(HEAD_DIM)
-        w.add_value_length(HEAD_DIM)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
         w.add_layer_norm_rms_eps(RMS_EPS)
         w.add_rope_freq_base(ROPE_BASE)
-        w.add_rope_dimension_count(HEAD_DIM)
+        w.add_rope_dimension_count(head_dim)
         w.add_file_type(gguf.LlamaFileType.ALL_F32)
         if arch == "gemma2":
             w.add_sliding_window(window)
@@ -152,4 +155,4 @@ def build(directory, arch="llama", layers=1, window=None, seed=0):
     normed = normed * tensors["blk.0.attn_norm.weight"].astype(np.float64)
     k0 = normed @ tensors["blk.0.attn_k.weight"].astype(np.float64).T
     v0 = normed @ tensors["blk.0.attn_v.weight"].astype(np.float64).T
-    return TinyModel(path, arch, layers, window, k0, v0)
+    return TinyModel(path, arch, layers, window, k0, v0, head_dim)

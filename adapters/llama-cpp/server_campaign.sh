@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The campaign of docs/llama-server.md: `kvcheck run --keep-going` on
+# llama.cpp's llama-server (adapters/llama-cpp/server_subject.py) for each
+# way it keeps a slot's cache: prompt caching alone, chunk reuse by K
+# shift, slots chosen by similarity or named, the host-memory prompt
+# cache, save and restore of a slot, context shift, a sliding-window model
+# (with and without --swa-full), every K/V cache type the CPU runs, and
+# several tokens per request. Writes, per row, the run's output and JSON
+# report and the minimized traces under $OUT (default
+# target/llama-server-campaign), prints one summary line per row, and last
+# the campaign table (also $OUT/table.md).
+#
+#   adapters/llama-cpp/server_campaign.sh [ROW...]
+#
+# Environment:
+#   KVCHECK   the kvcheck binary (default target/debug/kvcheck; built when absent)
+#   VENV      the venv of adapters/llama-cpp/server-setup.sh (default adapters/llama-cpp/.venv-server)
+#   TIME      seconds per run (default 90)
+#   SEED      the op generator's seed (default 1)
+#   OUT       where the reports go
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+venv="${VENV:-adapters/llama-cpp/.venv-server}"
+kvcheck="${KVCHECK:-target/debug/kvcheck}"
+time="${TIME:-90}"
+seed="${SEED:-1}"
+out="${OUT:-target/llama-server-campaign}"
+
+if [ ! -f "$venv/KVCHECK_LLAMA_SERVER_READY" ]; then
+    echo "server_campaign: no llama-server environment in $venv: run adapters/llama-cpp/server-setup.sh first" >&2
+    exit 2
+fi
+if [ ! -x "$kvcheck" ]; then
+    cargo build --quiet -p kvcheck --bin kvcheck
+fi
+
+# name | server_subject.py options (before `--`, then llama-server's own)
+rows=(
+    "prompt-cache|--model llama"
+    "tokens4|--model llama --max-tokens 4"
+    "slots-named|--model llama --slot rotate"
+    "one-slot|--model llama -- -np 1"
+    "no-cache-ram|--model llama -- --cache-ram 0"
+    "roundtrip|--model llama --roundtrip"
+    "cache-reuse|--model llama --layers 1 -- --cache-reuse 2"
+    "context-shift|--model llama --layers 1 --max-tokens 200 -- -c 256 -np 1 --context-shift --keep 4"
+    "swa|--model gemma2"
+    "swa-full|--model gemma2 -- --swa-full"
+    "swa-tokens4|--model gemma2 --max-tokens 4 -- -np 1"
+    "f32|--model llama -- -ctk f32 -ctv f32"
+    "bf16|--model llama --tolerance 0.05 -- -ctk bf16 -ctv bf16"
+    "q8_0|--model llama --head-dim 32 --tolerance 0.05 -- -ctk q8_0 -ctv q8_0 -fa on"
+    "q4_0|--model llama --head-dim 32 --tolerance 0.2 -- -ctk q4_0 -ctv q4_0 -fa on"
+    "q8_0-rotated-shift|--model llama --layers 1 --head-dim 64 --max-tokens 200 --tolerance 0.05 -- -c 256 -np 1 --context-shift --keep 4 -ctk q8_0 -ctv q8_0 -fa on"
+    "q8_0-rotated-reuse|--model llama --layers 1 --head-dim 64 --tolerance 0.05 -- --cache-reuse 2 -ctk q8_0 -ctv q8_0 -fa on"
+    "q8_0-shift|--model llama --layers 1 --head-dim 32 --max-tokens 200 --tolerance 0.05 -- -c 256 -np 1 --context-shift --keep 4 -ctk q8_0"
+    "bf16-reuse|--model llama --layers 1 --tolerance 0.05 -- -ctk bf16 -ctv bf16 --cache-reuse 2"
+)
+
+mkdir -p "$out"
+for row in "${rows[@]}"; do
+    name="${row%%|*}"
+    args="${row#*|}"
+    if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
+        continue
+    fi
+    subject="exec:$venv/bin/python adapters/llama-cpp/server_subject.py $args"
+    rm -rf "${out:?}/$name"
+    mkdir -p "$out/$name"
+    started=$(date +%s)
+    set +e
+    "$kvcheck" run --profile growth --keep-going --max-tests 300 --time "$time" --seed "$seed" \
+        --jobs 1 --subject-timeout 300 --min-judged 0 --subject "$subject" \
+        --out "$out/$name/traces" --json "$out/$name/report.json" >"$out/$name/output.txt" 2>&1
+    status=$?
+    set -e
+    echo "$name: exit $status in $(( $(date +%s) - started )) s: $(grep -E '^(no divergence|[0-9]+ distinct)|cases,' "$out/$name/output.txt" | tr '\n' ' ')"
+done
+
+python3 scripts/campaign_table.py "$out"
