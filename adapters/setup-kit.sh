@@ -48,6 +48,13 @@
 #   kit_apply DIR STRIP [WHAT]
 #       applies `patch_file` under DIR (patch -pSTRIP), saying so (" to
 #       WHAT" when given); a diff that does not apply fails the script.
+#   kit_sync NEXT TREE
+#       makes TREE hold what NEXT holds (NEXT is moved there when TREE does
+#       not exist yet), copying only the files whose content differs, with
+#       a new mtime, and removing the files NEXT lacks: a build tool then
+#       recompiles exactly what changed (a fresh extraction would give a
+#       reverted file the archive's old mtime, and the object compiled
+#       from the patched one would be kept). Prints how many files changed.
 #   kit_patch_site MODULE STRIP
 #       kit_apply to the installed package MODULE (DIR is the site
 #       directory holding it; STRIP 1 for diffs of a/MODULE/..., 2 for
@@ -174,6 +181,34 @@ kit_stale() {
 kit_apply() {
     echo "setup: applying $patch_file${3:+ to $3}"
     patch -d "$1" -p"$2" --forward --batch < "$patch_file"
+}
+
+kit_sync() {
+    local next="$1" tree="$2"
+    if [ ! -d "$tree" ]; then
+        mv "$next" "$tree"
+        return
+    fi
+    "$vpy" - "$next" "$tree" <<'PY'
+import filecmp, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+changed = 0
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    os.makedirs(os.path.join(dst, rel), exist_ok=True)
+    for name in files:
+        a, b = os.path.join(root, name), os.path.join(dst, rel, name)
+        if not os.path.isfile(b) or not filecmp.cmp(a, b, shallow=False):
+            shutil.copyfile(a, b)  # a new mtime: the build recompiles what uses it
+            changed += 1
+for root, dirs, files in os.walk(dst, topdown=False):
+    rel = os.path.relpath(root, dst)
+    for name in files:
+        if not os.path.exists(os.path.join(src, rel, name)):
+            os.remove(os.path.join(root, name))
+            changed += 1
+print("setup: %d source files changed since the last build" % changed)
+PY
 }
 
 kit_patch_site() {

@@ -8,6 +8,16 @@
 #   LLAMA_SERVER=path   a llama-server you built or installed (any current
 #                       build of llama.cpp, a patched one included): the
 #                       venv's llama-server runs it.
+#   LLAMA_SERVER_PATCH=fix.diff
+#                       llama-server compiled here (CMake and Ninja from
+#                       the package registry, CPU only) from the llama.cpp
+#                       that the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION
+#                       sdist vendors, with the diff applied (paths as in
+#                       the llama.cpp repository, a/src/llama-kv-cache.cpp);
+#                       LLAMA_SERVER_PATCH=none compiles it unpatched. The
+#                       build tree is kept, so another patch recompiles
+#                       only what it changes (about 10 minutes on two cores
+#                       the first time).
 #   otherwise           Debian's llama.cpp-tools package of $DEBIAN_SUITE
 #                       (default unstable, the newest upstream release
 #                       Debian ships) with the runtime libraries it needs
@@ -23,6 +33,9 @@
 #
 # Environment:
 #   LLAMA_SERVER   a llama-server binary to use (optional)
+#   LLAMA_SERVER_PATCH  a diff for the vendored llama.cpp, or none (optional)
+#   LLAMA_CPP_PYTHON_VERSION  the sdist that vendors it (default 0.3.36)
+#   BUILD_JOBS     parallel compile jobs (default 2)
 #   DEBIAN_SUITE   the Debian suite to take llama.cpp-tools from (default unstable)
 #   GGUF_VERSION   gguf release (default 0.19.0)
 #   VENV           the venv to build or reuse (default adapters/llama-cpp/.venv-server)
@@ -35,6 +48,9 @@ gguf_version="${GGUF_VERSION:-0.19.0}"
 suite="${DEBIAN_SUITE:-unstable}"
 venv="${VENV:-$here/.venv-server}"
 server="${LLAMA_SERVER:-}"
+patch_file="${LLAMA_SERVER_PATCH:-}"
+sdist_version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+jobs="${BUILD_JOBS:-2}"
 
 # shellcheck source=../setup-kit.sh
 . "$here/../setup-kit.sh"
@@ -49,6 +65,13 @@ if [ -n "$server" ]; then
         exit 2
     fi
     want="server: $server"
+elif [ -n "$patch_file" ]; then
+    if [ "$patch_file" = none ]; then
+        patch_file="" patch_tag=""
+    else
+        kit_patch
+    fi
+    want="server: built from llama-cpp-python $sdist_version's llama.cpp$patch_tag"
 else
     want="server: debian $suite llama.cpp-tools"
 fi
@@ -66,6 +89,39 @@ mkdir -p "$venv/bin"
 launcher="$venv/bin/llama-server"
 if [ -n "$server" ]; then
     printf '#!/bin/sh\nexec %q "$@"\n' "$server" >"$launcher.tmp"
+elif [[ "$want" == "server: built from"* ]]; then
+    echo "setup: installing cmake and ninja"
+    "$vpy" -m pip install --quiet cmake ninja
+    build="$venv/llama-server-build"
+    mkdir -p "$build"
+    sdist="$build/llama_cpp_python-$sdist_version.tar.gz"
+    if [ ! -f "$sdist" ]; then
+        echo "setup: downloading the llama-cpp-python $sdist_version sdist"
+        "$vpy" -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+            "llama-cpp-python==$sdist_version" -d "$build"
+    fi
+    wanted="$build/wanted"
+    rm -rf "$wanted"
+    mkdir -p "$wanted"
+    tar -xzf "$sdist" -C "$wanted" "llama_cpp_python-$sdist_version/vendor/llama.cpp"
+    next="$wanted/llama_cpp_python-$sdist_version/vendor/llama.cpp"
+    # A submodule's pointer to a git directory the sdist does not hold.
+    rm -f "$next/.git"
+    if [ -n "$patch_file" ]; then
+        kit_apply "$next" 1 "the vendored llama.cpp"
+    fi
+    kit_sync "$next" "$build/llama.cpp"
+    rm -rf "$wanted"
+    echo "setup: compiling llama-server for the CPU ($jobs jobs)"
+    compile_started=$(date +%s)
+    PATH="$venv/bin:$PATH" cmake -S "$build/llama.cpp" -B "$build/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF \
+        -DGGML_OPENMP=OFF -DGGML_RPC=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+        -DBUILD_SHARED_LIBS=OFF >"$build/cmake.log"
+    PATH="$venv/bin:$PATH" nice -n 10 cmake --build "$build/cmake" --target llama-server -j "$jobs" >"$build/build.log"
+    echo "setup: compiled in $(( $(date +%s) - compile_started )) s"
+    printf '#!/bin/sh\nexec %q "$@"\n' "$build/cmake/bin/llama-server" >"$launcher.tmp"
 else
     if ! command -v apt-get >/dev/null; then
         echo "setup: no apt-get here to fetch Debian's llama-server: set LLAMA_SERVER to a llama-server binary" >&2

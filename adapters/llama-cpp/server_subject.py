@@ -203,9 +203,11 @@ class LlamaServer:
         except subprocess.TimeoutExpired:
             return None
 
-    def complete(self, ids, n_predict, top, slot=None, cache=True):
+    def complete(self, ids, n_predict, top, slot=None, cache=True, completions=1):
         """Greedy tokens after `ids` and their top log-probabilities:
-        (the answer, [{id: logprob}] per generated token, shifts logged)."""
+        (the answer, [{id: logprob}] per generated token, shifts logged);
+        with `completions` > 1 (`n_cmpl`: the prompt is evaluated once and
+        shared with other slots) a list of (answer, log-probabilities), one per completion."""
         body = {"prompt": ids, "n_predict": n_predict, "n_probs": top, "temperature": 0.0,
                 "cache_prompt": cache, "return_tokens": True, "samplers": ["top_k"], "top_k": 1,
                 # Every request generates n_predict tokens, the judge's too.
@@ -216,11 +218,17 @@ class LlamaServer:
                 "logit_bias": BYTE_TOKENS_BANNED}
         if slot is not None:
             body["id_slot"] = slot
+        if completions > 1:
+            body["n_cmpl"] = completions
         offset = self.log_size()
-        answer = self.post("/completion", body)
-        steps = [{e["id"]: e["logprob"] for e in step["top_logprobs"]} for step in answer["completion_probabilities"]]
+        answers = self.post("/completion", body)
         shifts = [tuple(int(g) for g in m.groups()) for m in SHIFT.finditer(self.log_since(offset))]
-        return answer, steps, shifts
+        found = [(answer, [{e["id"]: e["logprob"] for e in step["top_logprobs"]}
+                           for step in answer["completion_probabilities"]])
+                 for answer in (answers if isinstance(answers, list) else [answers])]
+        if completions > 1:
+            return found
+        return found[0][0], found[0][1], shifts
 
     def close(self):
         if self.process.poll() is None:
@@ -283,16 +291,18 @@ class LlamaCppServer(kvcheck.Subject):
     domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, binary=None, model="llama", slot="auto", max_tokens=1, tolerance=0.01, top=5,
-                 roundtrip=False, masks=(), server_args=(), layers=2, head_dim=16):
+                 roundtrip=False, masks=(), server_args=(), layers=2, head_dim=16, completions=1, draft=False):
         options = ["--model %s" % model] + (["--layers %d" % layers] if layers != 2 else [])
         options += ["--head-dim %d" % head_dim] if head_dim != 16 else []
         options += ["--slot %s" % slot] if slot != "auto" else []
         options += ["--max-tokens %d" % max_tokens] if max_tokens != 1 else []
         options += ["--roundtrip"] if roundtrip else []
+        options += ["--completions %d" % completions] if completions != 1 else []
+        options += ["--draft"] if draft else []
         options += ["--mask %s" % mask for mask in masks]
         self.name = " ".join(["llama-server"] + options + list(server_args))
         self.binary = binary or default_binary()
-        self.head_dim = head_dim
+        self.head_dim, self.completions, self.draft = head_dim, completions, draft
         self.model_name, self.layers, self.slot_mode, self.max_tokens = model, layers, slot, max_tokens
         self.tolerance, self.top, self.roundtrip = tolerance, top, roundtrip
         self.masks, self.server_args = list(masks), list(server_args)
@@ -328,6 +338,12 @@ class LlamaCppServer(kvcheck.Subject):
         parser.add_argument("--top", type=int, default=5)
         parser.add_argument("--roundtrip", action="store_true",
                             help="save, erase and restore the slot (slot 0) before every request")
+        parser.add_argument("--completions", type=int, default=1,
+                            help="completions per request (n_cmpl): the server evaluates the prompt once and "
+                            "shares it with as many slots")
+        parser.add_argument("--draft", action="store_true",
+                            help="speculative decoding with a draft model (the same architecture with other "
+                            "random weights, passed as -md): rejected draft tokens are cut from the caches")
         parser.add_argument("--mask", action="append", default=[], choices=sorted(MASKS),
                             help="hold back the requests of a known finding (answered outside the domain)")
         args, rest = parser.parse_known_args(argv)
@@ -335,10 +351,14 @@ class LlamaCppServer(kvcheck.Subject):
             rest = rest[1:]
         if args.max_tokens < 1:
             parser.error("--max-tokens must be at least 1")
+        if args.completions < 1:
+            parser.error("--completions must be at least 1")
+        if args.completions > 1 and "--context-shift" in rest:
+            parser.error("--completions: the server refuses a context shift of a shared prompt")
         if args.layers < (2 if args.model == "gemma2" else 1):
             parser.error("--layers: llama needs at least 1, gemma2 at least 2 (a sliding layer, then a full one)")
         return cls(args.server, args.model, args.slot, args.max_tokens, args.tolerance, args.top,
-                   args.roundtrip, args.mask, rest, args.layers, args.head_dim)
+                   args.roundtrip, args.mask, rest, args.layers, args.head_dim, args.completions, args.draft)
 
     @property
     def global_end(self):
@@ -354,15 +374,25 @@ class LlamaCppServer(kvcheck.Subject):
             window = 4 if self.model_name == "gemma2" else None
             self.model = tinymodel.build(self.folder, self.model_name, layers=self.layers, window=window,
                                          head_dim=self.head_dim)
+            if self.draft:
+                self.draft_model = tinymodel.build(self.folder, self.model_name, layers=self.layers, window=window,
+                                                   head_dim=self.head_dim, seed=1)
         args = list(self.server_args)
         if not any(a in ("-c", "--ctx-size") for a in args):
             args += ["-c", str(JUDGE_CONTEXT)]
         if self.roundtrip:
             args += ["--slot-save-path", self.folder]
+        if self.draft:
+            args += ["-md", self.draft_model.path]
+            if "--spec-type" not in args:
+                args += ["--spec-type", "draft-simple"]
         if self.slot_mode == "rotate" and not any(a in ("-np", "--parallel") for a in args):
             args += ["-np", "4"]
         self.server = LlamaServer(self.binary, self.model.path, args, self.folder, "server")
         self.slots = self.server.props.get("total_slots", 1)
+        if (self.draft or "--spec-type" in args) and not any(s.get("speculative") for s in self.server.get("/slots")):
+            self.close_servers()
+            raise RuntimeError("llama-server %s does not speculate (its /slots say so)" % " ".join(args))
         self.judge = LlamaServer(self.binary, self.model.path, self.judge_args(), self.folder, "judge")
         self.talk = IdConversation(CONTENT)
         self.conversation = 0
@@ -410,6 +440,8 @@ class LlamaCppServer(kvcheck.Subject):
             self.server.post("/slots/0?action=save", {"filename": "slot.bin"})
             self.server.post("/slots/0?action=erase", {})
             self.server.post("/slots/0?action=restore", {"filename": "slot.bin"})
+        if self.completions > 1:
+            return self.ask_shared(ids, slot)
         try:
             answer, steps, shifts = self.server.complete(ids, self.max_tokens, self.top, slot)
         except ServerError as error:
@@ -424,16 +456,42 @@ class LlamaCppServer(kvcheck.Subject):
         self.judge_steps(ids, generated, steps, shifts, what)
         return [t for t in generated if t >= FIRST_PLAIN]
 
+    def ask_shared(self, ids, slot):
+        """`--completions N`: N completions of one prompt, each judged."""
+        answers = self.server.complete(ids, self.max_tokens, self.top, slot, completions=self.completions)
+        if len(answers) != self.completions:
+            raise RecomputeMismatch("the server answered %d completions of %d asked" % (len(answers), self.completions))
+        for answer, steps in answers:
+            if answer["tokens_evaluated"] != len(ids):
+                raise RecomputeMismatch("completion %d: the server counted %d prompt tokens of %d sent"
+                                        % (answer["index"], answer["tokens_evaluated"], len(ids)))
+            what = "a %d-token prompt shared by %d completions (completion %d, slot %d, %d reused)" % (
+                len(ids), self.completions, answer["index"], answer["id_slot"], answer["timings"]["cache_n"])
+            self.judge_steps(ids, list(answer["tokens"]), steps, [], what)
+        return [t for t in answers[0][0]["tokens"] if t >= FIRST_PLAIN]
+
     def judge_steps(self, ids, generated, steps, shifts, what):
         """Compares every generated token's log-probabilities with the
         judge's, asking it again from what the server kept after each of
         its context shifts."""
         segments = attended_segments(ids, generated, len(steps), shifts)
         for (first, attended), stop in zip(segments, [s[0] for s in segments[1:]] + [len(steps)]):
-            _, wanted, _ = self.judge.complete(attended, stop - first, max(self.top, 10), cache=False)
+            _, wanted, _ = self.judge.complete(attended, stop - first, max(self.top, 20), cache=False)
             context = what + (", after a context shift" if first else "")
             for index in range(first, stop):
-                if not self.compare(index, steps[index], wanted[index - first], context):
+                got = steps[index]
+                if not got:
+                    # A token a speculative step produced comes with no
+                    # probabilities (known upstream: ggml-org/llama.cpp#27972):
+                    # its greedy choice, among the tokens not banned, is what
+                    # can be compared.
+                    want = {i: p for i, p in wanted[index - first].items() if not 3 <= i < FIRST_PLAIN}
+                    if not want:
+                        return  # the judge's top tokens are all banned ones
+                    got = {generated[index]: want.get(generated[index], float("-inf"))}
+                else:
+                    want = wanted[index - first]
+                if not self.compare(index, got, want, context):
                     return
 
     def compare(self, index, got, wanted, what):
@@ -441,18 +499,18 @@ class LlamaCppServer(kvcheck.Subject):
         `got` of generated token `index` agree with the judge's `wanted`;
         False when the two best are a tie within the tolerance and pick
         different tokens (what follows cannot be compared)."""
-        which = "first" if index == 0 else "generated token %d's" % (index + 1)
+        which = "the first generated token" if index == 0 else "generated token %d" % (index + 1)
         best = (max(got, key=got.get), max(wanted, key=wanted.get))
         if best[0] != best[1]:
             if wanted[best[1]] - wanted.get(best[0], float("-inf")) > self.tolerance:
-                raise RecomputeMismatch("the %s greedy token after %s is %d, a cold recompute gives %d"
+                raise RecomputeMismatch("%s after %s is %d, a cold recompute gives %d"
                                         % (which, what, best[0], best[1]))
             return False
         worst = max((i for i in got if i in wanted), key=lambda i: abs(got[i] - wanted[i]))
         delta = abs(got[worst] - wanted[worst])
         if delta > self.tolerance:
             raise RecomputeMismatch(
-                "%s-token log-probabilities of %s differ from a cold recompute by %.3g (token %d: %.4f against "
+                "the log-probabilities of %s after %s differ from a cold recompute by %.3g (token %d: %.4f against "
                 "%.4f; tolerance %g)" % (which, what, delta, worst, got[worst], wanted[worst], self.tolerance))
         return True
 

@@ -80,12 +80,33 @@ fi
 
 # The wanted sources are assembled in a fresh directory (the sdist, the
 # patch or the checkout, the build-configuration edit below), then synced
-# into the tree that was compiled last: only files whose content differs
-# are copied (with a new mtime), so ninja recompiles exactly those. (A
-# fresh extraction would give a reverted file the sdist's old mtime, and
-# ninja would keep the object compiled from the patched one.)
+# into the tree that was compiled last (kit_sync), so ninja recompiles
+# exactly what changed.
 tree="$build/llama_cpp_python-$version"
 wanted="$build/wanted"
+rm -rf "$wanted"
+mkdir -p "$wanted"
+tar -xzf "$sdist" -C "$wanted"
+next="$wanted/llama_cpp_python-$version"
+if [ -n "$patch_file" ]; then
+    kit_apply "$next/vendor/llama.cpp" 1 "the vendored llama.cpp"
+elif [ -n "$src" ]; then
+    echo "setup: building llama.cpp from $src"
+    rm -rf "$next/vendor/llama.cpp"
+    mkdir "$next/vendor/llama.cpp"
+    (cd "$src" && tar --exclude=.git -cf - .) | tar -xf - -C "$next/vendor/llama.cpp"
+fi
+
+# The bindings' CMakeLists forces llama.cpp's `common` library on (only the
+# mtmd library, left out here, links it); llama.cpp then installs it, so it
+# would have to be compiled (52 more files). Let -DLLAMA_BUILD_COMMON=OFF
+# through instead. This edits the build configuration only, no source.
+force='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
+if grep -qF "$force" "$next/CMakeLists.txt"; then
+    sed -i "s/$force/set(LLAMA_BUILD_COMMON ON CACHE BOOL \"Build llama.cpp common library\")/" "$next/CMakeLists.txt"
+fi
+
+kit_sync "$next" "$tree"
 rm -rf "$wanted"
 mkdir -p "$wanted"
 tar -xzf "$sdist" -C "$wanted"
