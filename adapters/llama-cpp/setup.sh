@@ -108,52 +108,6 @@ fi
 
 kit_sync "$next" "$tree"
 rm -rf "$wanted"
-mkdir -p "$wanted"
-tar -xzf "$sdist" -C "$wanted"
-next="$wanted/llama_cpp_python-$version"
-if [ -n "$patch_file" ]; then
-    kit_apply "$next/vendor/llama.cpp" 1 "the vendored llama.cpp"
-elif [ -n "$src" ]; then
-    echo "setup: building llama.cpp from $src"
-    rm -rf "$next/vendor/llama.cpp"
-    mkdir "$next/vendor/llama.cpp"
-    (cd "$src" && tar --exclude=.git -cf - .) | tar -xf - -C "$next/vendor/llama.cpp"
-fi
-
-# The bindings' CMakeLists forces llama.cpp's `common` library on (only the
-# mtmd library, left out here, links it); llama.cpp then installs it, so it
-# would have to be compiled (52 more files). Let -DLLAMA_BUILD_COMMON=OFF
-# through instead. This edits the build configuration only, no source.
-force='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
-if grep -qF "$force" "$next/CMakeLists.txt"; then
-    sed -i "s/$force/set(LLAMA_BUILD_COMMON ON CACHE BOOL \"Build llama.cpp common library\")/" "$next/CMakeLists.txt"
-fi
-
-if [ ! -d "$tree" ]; then
-    mv "$next" "$tree"
-else
-    "$vpy" - "$next" "$tree" <<'PY'
-import filecmp, os, shutil, sys
-src, dst = sys.argv[1], sys.argv[2]
-changed = 0
-for root, dirs, files in os.walk(src):
-    rel = os.path.relpath(root, src)
-    os.makedirs(os.path.join(dst, rel), exist_ok=True)
-    for name in files:
-        a, b = os.path.join(root, name), os.path.join(dst, rel, name)
-        if not os.path.isfile(b) or not filecmp.cmp(a, b, shallow=False):
-            shutil.copyfile(a, b)  # a new mtime: ninja recompiles what uses it
-            changed += 1
-for root, dirs, files in os.walk(dst, topdown=False):
-    rel = os.path.relpath(root, dst)
-    for name in files:
-        if not os.path.exists(os.path.join(src, rel, name)):
-            os.remove(os.path.join(root, name))
-            changed += 1
-print("setup: %d source files changed since the last build" % changed)
-PY
-fi
-rm -rf "$wanted"
 
 echo "setup: compiling llama-cpp-python $version for the CPU ($jobs jobs)"
 compile_started=$(date +%s)
