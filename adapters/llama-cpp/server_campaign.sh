@@ -4,18 +4,20 @@
 # way it keeps a slot's cache: prompt caching alone, chunk reuse by K
 # shift, slots chosen by similarity or named, the host-memory prompt
 # cache, save and restore of a slot, context shift, a sliding-window model
-# (with and without --swa-full), every K/V cache type the CPU runs, and
-# several tokens per request. Writes, per row, the run's output and JSON
-# report and the minimized traces under $OUT (default
-# target/llama-server-campaign), prints one summary line per row, and last
-# the campaign table (also $OUT/table.md).
+# (with and without --swa-full, with context checkpoints, slots restored
+# from a file or from host memory), every K/V cache type the CPU runs,
+# shared completions, speculative decoding, and several tokens per
+# request. Writes, per row, the run's output and JSON report and the
+# minimized traces under $OUT (default target/llama-server-campaign),
+# prints one summary line per row, and last the campaign table (also
+# $OUT/table.md).
 #
 #   adapters/llama-cpp/server_campaign.sh [ROW...]
 #
 # Environment:
 #   KVCHECK   the kvcheck binary (default target/debug/kvcheck; built when absent)
 #   VENV      the venv of adapters/llama-cpp/server-setup.sh (default adapters/llama-cpp/.venv-server)
-#   TIME      seconds per run (default 90)
+#   TIME      seconds per run (default 45)
 #   SEED      the op generator's seed (default 1)
 #   OUT       where the reports go
 set -euo pipefail
@@ -24,7 +26,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 venv="${VENV:-adapters/llama-cpp/.venv-server}"
 kvcheck="${KVCHECK:-target/debug/kvcheck}"
-time="${TIME:-90}"
+time="${TIME:-45}"
 seed="${SEED:-1}"
 out="${OUT:-target/llama-server-campaign}"
 
@@ -43,6 +45,7 @@ rows=(
     "slots-named|--model llama --slot rotate"
     "one-slot|--model llama -- -np 1"
     "no-cache-ram|--model llama -- --cache-ram 0"
+    "interleaved|--model llama --interleave"
     "roundtrip|--model llama --roundtrip"
     "completions2|--model llama --completions 2 --max-tokens 3"
     "separate-slots|--model llama --slot rotate -- -np 3 --no-kv-unified"
@@ -57,6 +60,8 @@ rows=(
     "swa-tokens4|--model gemma2 --max-tokens 4 -- -np 1"
     "swa-checkpoint1|--model gemma2 --max-tokens 3 -- -np 1 --ctx-checkpoints 1"
     "swa-roundtrip|--model gemma2 --roundtrip"
+    "swa-interleaved|--model gemma2 --interleave"
+    "swa-interleaved-np1|--model gemma2 --interleave -- -np 1"
     "swa-draft|--model gemma2 --draft --max-tokens 6 -- -np 1"
     "f32|--model llama -- -ctk f32 -ctv f32"
     "bf16|--model llama --tolerance 0.05 -- -ctk bf16 -ctv bf16"
@@ -64,6 +69,7 @@ rows=(
     "q4_0|--model llama --head-dim 32 --tolerance 0.2 -- -ctk q4_0 -ctv q4_0 -fa on"
     "q8_0-rotated-shift|--model llama --layers 1 --head-dim 64 --max-tokens 200 --tolerance 0.05 -- -c 256 -np 1 --context-shift --keep 4 -ctk q8_0 -ctv q8_0 -fa on"
     "q8_0-rotated-reuse|--model llama --layers 1 --head-dim 64 --tolerance 0.05 -- --cache-reuse 2 -ctk q8_0 -ctv q8_0 -fa on"
+    "q8_0-reuse|--model llama --layers 1 --head-dim 32 --tolerance 0.05 -- --cache-reuse 2 -ctk q8_0"
     "q8_0-shift|--model llama --layers 1 --head-dim 32 --max-tokens 200 --tolerance 0.05 -- -c 256 -np 1 --context-shift --keep 4 -ctk q8_0"
     "bf16-reuse|--model llama --layers 1 --tolerance 0.05 -- -ctk bf16 -ctv bf16 --cache-reuse 2"
 )

@@ -25,7 +25,10 @@ by prompt similarity unless `--slot rotate` names one; `-ctk`/`-ctv`
 choose the cache types; `--cache-ram` (on by default) saves and restores
 slots' prompts in host memory. `--roundtrip` saves the slot to a file,
 erases it and restores it (`/slots/0?action=save|erase|restore`) before
-every request.
+every request; `--interleave` sends a request of another client's
+conversation before every request; `--completions N` asks for N
+completions of each prompt (`n_cmpl`: the prompt is evaluated once and
+shared by N slots); `--draft` adds a draft model (speculative decoding).
 
 **The judge** is a second `llama-server` of the same binary and model,
 with the same cache types and flash-attention setting, one slot, no
@@ -39,15 +42,22 @@ log-probabilities of every generated token must agree within
 `--tolerance`, and the greedy tokens must be the same unless the two best
 are closer than that; otherwise the request raises `RecomputeMismatch`,
 which kvcheck reports as a divergence, minimizes and saves. A server that
-exits while answering is reported with its exit status and the last lines
-of its log (`ServerDied`).
+exits while answering is reported with its exit status and the log line
+that says why (`ServerDied`).
+
+A context shift or a reused chunk keeps keys and values that a deeper
+layer computed while attending to tokens no longer there, which no
+recompute of the kept tokens reproduces: the rows that move keys run a
+one-layer model (`--layers 1`), whose keys and values depend on a token
+and its position only.
 
 Only configurations that keep every position visible (`growth`, no
 window below the capacity) are opened: `kvcheck run --profile growth`.
 
     adapters/llama-cpp/.venv-server/bin/python adapters/llama-cpp/server_subject.py \\
-        [--server PATH] [--model llama|gemma2] [--slot auto|rotate] [--max-tokens N] \\
-        [--tolerance T] [--top K] [--roundtrip] [--mask NAME] [-- SERVER ARGS...]
+        [--server PATH] [--model llama|gemma2] [--layers N] [--head-dim 16|32|64] \\
+        [--slot auto|rotate] [--max-tokens N] [--tolerance T] [--top K] [--roundtrip] \\
+        [--interleave] [--completions N] [--draft] [-- SERVER ARGS...]
 
 The binary is `--server`, else `$LLAMA_SERVER`, else the one
 adapters/llama-cpp/server-setup.sh installed in the venv.
@@ -92,9 +102,6 @@ ARITHMETIC = {"-ctk": True, "--cache-type-k": True, "-ctv": True, "--cache-type-
               "-fa": True, "--flash-attn": True, "--swa-full": False}
 BYTE_TOKENS_BANNED = [[i, False] for i in range(3, FIRST_PLAIN)]
 SHIFT = re.compile(r"slot context shift, n_keep = (\d+), n_left = (\d+), n_discard = (\d+)")
-# Requests of a known finding held back (answered outside, which cuts the
-# case there): name -> (what it holds back, the test on (subject, ids)).
-MASKS = {}
 
 
 class RecomputeMismatch(RuntimeError):
@@ -133,7 +140,8 @@ class LlamaServer:
         command = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t", "1"] + list(args)
         self.command = command
         try:
-            self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
         except OSError as error:
             raise RuntimeError("cannot start %s: %s (run adapters/llama-cpp/server-setup.sh, or set "
                                "LLAMA_SERVER)" % (binary, error)) from None
@@ -291,7 +299,8 @@ class LlamaCppServer(kvcheck.Subject):
     domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, binary=None, model="llama", slot="auto", max_tokens=1, tolerance=0.01, top=5,
-                 roundtrip=False, masks=(), server_args=(), layers=2, head_dim=16, completions=1, draft=False):
+                 roundtrip=False, server_args=(), layers=2, head_dim=16, completions=1, draft=False,
+                 interleave=False):
         options = ["--model %s" % model] + (["--layers %d" % layers] if layers != 2 else [])
         options += ["--head-dim %d" % head_dim] if head_dim != 16 else []
         options += ["--slot %s" % slot] if slot != "auto" else []
@@ -299,17 +308,18 @@ class LlamaCppServer(kvcheck.Subject):
         options += ["--roundtrip"] if roundtrip else []
         options += ["--completions %d" % completions] if completions != 1 else []
         options += ["--draft"] if draft else []
-        options += ["--mask %s" % mask for mask in masks]
+        options += ["--interleave"] if interleave else []
         self.name = " ".join(["llama-server"] + options + list(server_args))
         self.binary = binary or default_binary()
         self.head_dim, self.completions, self.draft = head_dim, completions, draft
+        self.interleave, self.interleaved = interleave, 0
         self.model_name, self.layers, self.slot_mode, self.max_tokens = model, layers, slot, max_tokens
         self.tolerance, self.top, self.roundtrip = tolerance, top, roundtrip
-        self.masks, self.server_args = list(masks), list(server_args)
-        if self.masks or "--context-shift" in self.server_args:
-            # A mask, or a prompt longer than the shifting context (which
-            # the server refuses), answers outside to requests the
-            # declared domain admits: such a run declares none.
+        self.server_args = list(server_args)
+        if "--context-shift" in self.server_args:
+            # A prompt longer than the shifting context (which the server
+            # refuses) is answered outside, and the declared domain admits
+            # it: such a run declares none.
             self.domain = None
         self.folder = self.model = None
         self.server = self.judge = None
@@ -344,8 +354,10 @@ class LlamaCppServer(kvcheck.Subject):
         parser.add_argument("--draft", action="store_true",
                             help="speculative decoding with a draft model (the same architecture with other "
                             "random weights, passed as -md): rejected draft tokens are cut from the caches")
-        parser.add_argument("--mask", action="append", default=[], choices=sorted(MASKS),
-                            help="hold back the requests of a known finding (answered outside the domain)")
+        parser.add_argument("--interleave", action="store_true",
+                            help="before every request, one of another client's conversation (growing by a "
+                            "token each time, judged too): the server parks idle slots' prompts in host memory "
+                            "and brings them back")
         args, rest = parser.parse_known_args(argv)
         if rest and rest[0] == "--":
             rest = rest[1:]
@@ -358,7 +370,7 @@ class LlamaCppServer(kvcheck.Subject):
         if args.layers < (2 if args.model == "gemma2" else 1):
             parser.error("--layers: llama needs at least 1, gemma2 at least 2 (a sliding layer, then a full one)")
         return cls(args.server, args.model, args.slot, args.max_tokens, args.tolerance, args.top,
-                   args.roundtrip, args.mask, rest, args.layers, args.head_dim, args.completions, args.draft)
+                   args.roundtrip, rest, args.layers, args.head_dim, args.completions, args.draft, args.interleave)
 
     @property
     def global_end(self):
@@ -431,11 +443,15 @@ class LlamaCppServer(kvcheck.Subject):
         return None
 
     def ask(self, ids):
-        for mask in self.masks:
-            about, test = MASKS[mask]
-            if test(self, ids):
-                raise kvcheck.Outside("--mask %s: %s" % (mask, about))
         slot = self.slot()
+        if self.interleave:
+            # Another client's conversation, one token longer each time.
+            self.interleaved += 1
+            other = [BOS] + [FIRST_PLAIN + CONTENT + i for i in range(2 + self.interleaved)]
+            answer, steps, shifts = self.server.complete(other, self.max_tokens, self.top)
+            self.judge_steps(other, list(answer["tokens"]), steps, shifts,
+                             "another conversation's %d-token prompt (%d reused)"
+                             % (len(other), answer["timings"]["cache_n"]))
         if self.roundtrip:
             self.server.post("/slots/0?action=save", {"filename": "slot.bin"})
             self.server.post("/slots/0?action=erase", {})
@@ -450,7 +466,8 @@ class LlamaCppServer(kvcheck.Subject):
                                       % (len(ids), error)) from None
             raise
         if answer["tokens_evaluated"] != len(ids):
-            raise RecomputeMismatch("the server counted %d prompt tokens of %d sent" % (answer["tokens_evaluated"], len(ids)))
+            raise RecomputeMismatch("the server counted %d prompt tokens of %d sent"
+                                    % (answer["tokens_evaluated"], len(ids)))
         generated = list(answer["tokens"])
         what = "a %d-token prompt (%d reused from the slot)" % (len(ids), answer["timings"]["cache_n"])
         self.judge_steps(ids, generated, steps, shifts, what)

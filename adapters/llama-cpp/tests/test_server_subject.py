@@ -22,6 +22,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kvcheck  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(ADAPTER))
+import kvtrace_replay  # noqa: E402
+
 spec = importlib.util.spec_from_file_location("llama_server_subject", os.path.join(ADAPTER, "server_subject.py"))
 server_subject = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(server_subject)
@@ -186,6 +189,60 @@ class AgainstAColdRecompute(unittest.TestCase):
                     write(s, 0, 70)
             finally:
                 s.close()
+
+
+def last_response(name, args):
+    """The minimized trace `name` (tests/traces/) through the subject
+    process with `args`: the response to its last op."""
+    import json
+
+    with open(os.path.join(HERE, "traces", name + ".kvtrace.json")) as f:
+        trace = json.load(f)
+    command = "%s %s %s" % (sys.executable, os.path.join(ADAPTER, "server_subject.py"), args)
+    subject = kvtrace_replay.Subject(command)
+    try:
+        response = subject.request({"open": {"config": kvtrace_replay.full_config(trace["config"])}})
+        for index, op in enumerate(trace["ops"]):
+            response = subject.request({"op": op, "index": index})
+    finally:
+        subject.close()
+    return response
+
+
+@unittest.skipUnless(HAVE_SERVER, SKIP)
+class Findings(unittest.TestCase):
+    """The minimized traces of the findings the campaign reached through
+    llama-server: each shows its finding on the release, or the test skips
+    naming it (a patched build)."""
+
+    def test_finding_quantized_kshift_null_rotation(self):
+        # Nine follow-ups grow the conversation to 56 tokens; the last
+        # one's 200 generated tokens fill the 256-token context, and the
+        # shift of the q8_0 keys (head size 32, no Hadamard rotation)
+        # kills the server.
+        response = last_response(
+            "server-quantized-kshift",
+            "--layers 1 --head-dim 32 --max-tokens 200 --tolerance 0.05 -- -c 256 -np 1 --context-shift --keep 4 "
+            "-ctk q8_0")
+        if "ok" in response:
+            self.skipTest("this llama-server shifts unrotated quantized keys "
+                          "(docs/findings/llama-cpp-quantized-kshift-null-rotation.md)")
+        self.assertEqual(response["exception"]["type"], "ServerDied")
+        self.assertIn("SIGSEGV", response["exception"]["message"])
+
+    def test_finding_swa_restore_checkpoint(self):
+        # A 1-token prompt, two follow-ups, then the third token's turn
+        # edited twice: with the slot parked and brought back before every
+        # request (another client's request in between, or /slots save,
+        # erase, restore), the last edit resumes from a checkpoint whose
+        # window misses a row.
+        for way in ("--interleave", "--roundtrip"):
+            response = last_response("server-swa-restore-checkpoint", "--model gemma2 " + way)
+            if "ok" in response:
+                self.skipTest("this llama-server resumes a parked sliding-window slot right "
+                              "(docs/findings/llama-server-swa-restore-checkpoint.md)")
+            self.assertEqual(response["exception"]["type"], "RecomputeMismatch", way)
+            self.assertIn("reused from the slot", response["exception"]["message"])
 
 
 if __name__ == "__main__":
