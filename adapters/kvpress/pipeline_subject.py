@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""kvpress's pipeline (`"kv-press-text-generation"`) as a kvcheck-subject/1
+process: its presses at their front door, judged by a recompute without a
+cache of what each press's documentation says it keeps.
+
+The subject is the library's pipeline, unmodified, over a tiny Llama with
+random weights built in this process (one layer by default: its keys and
+values depend on a token and its position only, so a recompute of the
+kept tokens is exact) and a word-level tokenizer (word `wN` is token N).
+kvcheck's ops become pipeline calls:
+
+| kvtrace op | `pipe(context, question=..., press=..., max_new_tokens=N)` |
+|---|---|
+| write `G+n` (append) | the conversation so far and `n` new tokens as the context: a follow-up |
+| write `s+n`, `s < G` (rewrite) | the first `s` tokens, `n` other tokens, then the rest as it was: an edited context |
+| write `G+0` (probe) | the same context again |
+| rewind `to` | nothing is called; the next context shares only the first `to` tokens |
+| reset | nothing is called; a new conversation starts |
+
+Every call asks the same two-word question. The pipeline prefills the
+context (BOS first) with the press hooked, which compresses the cache,
+then feeds the question and generates greedily. The logits of each
+generated token are read from the model's output head (a forward hook
+that changes nothing) and compared with a recompute without a cache: one
+forward of the kept context tokens, then the question and the tokens
+generated before, at the positions the press's documentation gives them:
+
+- `--press streaming`: `StreamingLLMPress(compression_ratio, n_sink)`
+  keeps the first `n_sink` tokens and the most recent ones, `max(1,
+  int(L * (1 - ratio)))` in all, at their original positions; the
+  question follows at position L;
+- `--press rerotate`: `KeyRerotationPress(StreamingLLMPress(...))`: the
+  same tokens, re-rotated to positions 0..k-1; the question follows at k;
+- `--press none`: no press, the whole context.
+
+Logits further apart than `--tolerance`, or a different greedy token
+where the two best are further apart than that, raise `RecomputeMismatch`:
+kvcheck reports it as a divergence, minimizes and saves it.
+
+Only configurations that keep every position visible (`growth`, no
+window below the capacity) are opened: `kvcheck run --profile growth`.
+
+    adapters/kvpress/.venv/bin/python adapters/kvpress/pipeline_subject.py \\
+        [--press none|streaming|rerotate] [--ratio R] [--sink N] [--layers N] \\
+        [--cache dynamic|quantized] [--max-tokens N] [--tolerance T]
+"""
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import kvcheck
+except ImportError:  # a checkout without the wheel installed: the package's sources
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+    import kvcheck
+# adapters/ only while subject_support is imported: its folders are named
+# after the libraries they wrap, and a library that probes for an optional
+# one (optimum-quanto looks for diffusers) would find the folder instead.
+sys.path.append(os.path.dirname(HERE))
+from subject_support import FRONT_DOOR_DOMAIN, Conversation, front_door_config  # noqa: E402
+
+sys.path.remove(os.path.dirname(HERE))
+
+VOCAB = 64
+BOS, EOS, PAD, UNK = 0, 1, 2, 3
+FIRST_WORD = 4
+# Context tokens are words w4 .. w61; the question is two words of its own.
+CONTENT = VOCAB - FIRST_WORD - 2
+QUESTION = [VOCAB - 2, VOCAB - 1]
+PRESSES = ("none", "streaming", "rerotate")
+
+
+class RecomputeMismatch(RuntimeError):
+    """The pipeline's logits differ from the recompute of what the press keeps."""
+
+
+def words(ids):
+    return " ".join("w%d" % i for i in ids)
+
+
+def kept_positions(length, ratio, sink):
+    """The context positions StreamingLLMPress documents it keeps: the first
+    `sink`, then the most recent, `max(1, int(length * (1 - ratio)))` in
+    all (kvpress's `compute_n_kept`); all of them when `ratio` is 0."""
+    if ratio <= 0:
+        return list(range(length))
+    kept = max(1, int(length * (1 - ratio)))
+    if kept <= sink:
+        return list(range(kept))
+    return list(range(sink)) + list(range(length - (kept - sink), length))
+
+
+class WordConversation(Conversation):
+    """A conversation whose tokens are the words w4 .. w61."""
+
+    def token(self, position, writer):
+        return FIRST_WORD - 1 + super().token(position, writer)
+
+
+class KvpressPipeline(kvcheck.Subject):
+    """kvpress's pipeline and a press (module docs)."""
+
+    dtypes = ("f32", "f16", "bf16")
+    variants = ("dense",)
+    features = ("growth",)
+    values = False
+    domain = FRONT_DOOR_DOMAIN
+
+    def __init__(self, press="streaming", ratio=0.5, sink=4, layers=1, cache="dynamic", max_tokens=2,
+                 tolerance=1e-4):
+        options = ["--press %s" % press]
+        options += ["--ratio %g --sink %d" % (ratio, sink)] if press != "none" else []
+        options += ["--layers %d" % layers] if layers != 1 else []
+        options += ["--cache %s" % cache] if cache != "dynamic" else []
+        options += ["--max-tokens %d" % max_tokens] if max_tokens != 2 else []
+        self.name = " ".join(["kvpress pipeline"] + options)
+        self.press_name, self.ratio, self.sink, self.layers = press, ratio, sink, layers
+        self.cache_name, self.max_tokens, self.tolerance = cache, max_tokens, tolerance
+        self.pipe = self.model = None
+        self.talk = WordConversation(CONTENT)
+        if press != "none" and sink > 0:
+            # The press refuses a context no longer than its sinks (answered
+            # outside), which the declared domain admits: declare none.
+            self.domain = None
+
+    @classmethod
+    def from_args(cls, argv):
+        parser = argparse.ArgumentParser(prog="pipeline_subject.py", description=__doc__.split("\n\n")[0])
+        parser.add_argument("--press", choices=PRESSES, default="streaming")
+        parser.add_argument("--ratio", type=float, default=0.5, help="the press's compression_ratio, in [0, 1)")
+        parser.add_argument("--sink", type=int, default=4, help="StreamingLLMPress's n_sink")
+        parser.add_argument("--layers", type=int, default=1,
+                            help="the model's layers; with more than one, a deeper layer's keys and values of "
+                            "a kept token were computed attending to the pruned ones, which no recompute of "
+                            "the kept tokens reproduces")
+        parser.add_argument("--cache", choices=("dynamic", "quantized"), default="dynamic",
+                            help="quantized: QuantizedCache(backend='quanto', nbits=4, q_group_size=8)")
+        parser.add_argument("--max-tokens", type=int, default=2)
+        parser.add_argument("--tolerance", type=float, default=1e-4)
+        args = parser.parse_args(argv)
+        if not 0 <= args.ratio < 1:
+            parser.error("--ratio must be in [0, 1) (kvpress's presses refuse 1 and more)")
+        if args.sink < 0 or args.layers < 1 or args.max_tokens < 1:
+            parser.error("--sink must be at least 0, --layers and --max-tokens at least 1")
+        return cls(args.press, args.ratio, args.sink, args.layers, args.cache, args.max_tokens, args.tolerance)
+
+    @property
+    def global_end(self):
+        return len(self.talk.tokens)
+
+    def open(self, config):
+        front_door_config(config, "kvpress's pipeline")
+        if self.pipe is None:
+            self.build()
+        self.talk = WordConversation(CONTENT)
+
+    def build(self):
+        import torch
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, pipeline
+
+        import kvpress  # noqa: F401  (importing it registers the pipeline)
+
+        torch.manual_seed(0)
+        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=self.layers,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+                             max_position_embeddings=4096, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+        config._attn_implementation = "sdpa"
+        self.model = LlamaForCausalLM(config).eval()
+        vocabulary = {"<s>": BOS, "</s>": EOS, "<pad>": PAD, "<unk>": UNK}
+        vocabulary.update({"w%d" % i: i for i in range(FIRST_WORD, VOCAB)})
+        tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        self.tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
+                                                 pad_token="<pad>", unk_token="<unk>", model_max_length=4096)
+        # The answer runs to max_new_tokens: nothing the model generates ends it.
+        self.model.generation_config.eos_token_id = None
+        self.pipe = pipeline("kv-press-text-generation", model=self.model, tokenizer=self.tokenizer, device="cpu")
+        self.steps = []
+        self.model.lm_head.register_forward_hook(lambda module, args, out: self.steps.append(out[0, -1].detach()))
+
+    def make_press(self):
+        from kvpress import KeyRerotationPress, StreamingLLMPress
+
+        if self.press_name == "none":
+            return None
+        press = StreamingLLMPress(compression_ratio=self.ratio, n_sink=self.sink)
+        return KeyRerotationPress(press) if self.press_name == "rerotate" else press
+
+    def make_cache(self):
+        if self.cache_name == "dynamic":
+            return None
+        from transformers import QuantizedCache
+
+        return QuantizedCache(backend="quanto", config=self.model.config, nbits=4, q_group_size=8)
+
+    def write(self, start, length, heads, recent_window, k, v):
+        tokens = self.talk.prompt(start, length, heads, recent_window, follow=False)
+        if self.press_name != "none" and len(tokens) + 1 <= self.sink:
+            # StreamingLLMPress asserts a context longer than its sinks.
+            raise kvcheck.Outside("a context of %d tokens (BOS included): StreamingLLMPress(n_sink=%d) "
+                                  "refuses one no longer than its sinks" % (len(tokens) + 1, self.sink))
+        self.ask(tokens)
+        self.talk.answered(tokens, [])
+        return list(range(len(tokens)))
+
+    def ask(self, tokens):
+        import torch
+
+        self.steps = []
+        with torch.no_grad():
+            answer = self.pipe(" " + words(tokens), question=words(QUESTION), press=self.make_press(),
+                               max_new_tokens=self.max_tokens, cache=self.make_cache())["answer"]
+        generated = [int(step.argmax()) for step in self.steps]
+        if answer.split() != ["w%d" % t for t in generated if t >= FIRST_WORD]:
+            # The hook reads the logits the pipeline decodes from: its
+            # answer is their greedy tokens (special ones left out).
+            raise RecomputeMismatch("the pipeline answered %r, its own logits give %s" % (answer, generated))
+        wanted = self.recompute([BOS] + list(tokens), generated)
+        context = "a %d-token context" % (len(tokens) + 1)
+        for index, (got, want) in enumerate(zip(self.steps, wanted)):
+            self.compare(index, got, want, context)
+
+    def recompute(self, context, generated):
+        """The logits of each answer token without a cache: the kept
+        context tokens, the question and the answer tokens before it, at
+        the positions the press documents."""
+        import torch
+
+        if self.press_name == "none":
+            kept = list(range(len(context)))
+        else:
+            kept = kept_positions(len(context), self.ratio, self.sink)
+        if self.press_name == "rerotate":
+            positions = list(range(len(kept)))
+            after = len(kept)
+        else:
+            positions = list(kept)
+            after = len(context)
+        tail = QUESTION + generated[:-1]
+        ids = [context[p] for p in kept] + tail
+        positions = positions + list(range(after, after + len(tail)))
+        with torch.no_grad():
+            # An explicit all-ones mask: without one, transformers reads
+            # position ids that jump (the sinks, then the recent tokens) as
+            # packed sequences and masks each from the others.
+            logits = self.model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
+                                attention_mask=torch.ones(1, len(ids), dtype=torch.long), use_cache=False).logits[0]
+        first = len(kept) + len(QUESTION) - 1
+        return [logits[first + i] for i in range(len(generated))]
+
+    def compare(self, index, got, want, context):
+        which = "the first answer token" if index == 0 else "answer token %d" % (index + 1)
+        best = (int(got.argmax()), int(want.argmax()))
+        if best[0] != best[1]:
+            gap = float(want[best[1]] - want[best[0]])
+            if gap > self.tolerance:
+                raise RecomputeMismatch("%s after %s is w%d, a recompute of what the press keeps gives w%d (%.3g apart)"
+                                        % (which, context, best[0], best[1], gap))
+        delta = float((got - want).abs().max())
+        if delta > self.tolerance:
+            raise RecomputeMismatch("the logits of %s after %s differ from a recompute of what the press keeps by "
+                                    "%.3g (tolerance %g)" % (which, context, delta, self.tolerance))
+
+    def rewind(self, to):
+        self.talk.rewind(to)
+
+    def reset(self):
+        self.talk.reset()
+
+
+def main(argv=None):
+    from kvcheck.serve import main as serve
+
+    return serve([os.path.abspath(__file__) + ":KvpressPipeline"] + list(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

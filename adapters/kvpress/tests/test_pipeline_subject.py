@@ -1,0 +1,151 @@
+"""kvpress's pipeline as a subject: its call mapping, what StreamingLLMPress
+documents it keeps, and the pipeline against a recompute without a cache.
+
+The first tests need only the standard library. The rest build a tiny
+Llama and run the pipeline, and need the environment of
+adapters/kvpress/setup.sh; without it they skip, saying so:
+
+    python3 -m unittest discover -s adapters/kvpress/tests -v
+    adapters/kvpress/.venv/bin/python -m unittest discover -s adapters/kvpress/tests -v
+"""
+
+import importlib.util
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ADAPTER = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(ADAPTER))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import kvcheck  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("kvpress_pipeline_subject", os.path.join(ADAPTER, "pipeline_subject.py"))
+pipeline_subject = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pipeline_subject)
+
+try:
+    import kvpress  # noqa: F401
+    import torch  # noqa: F401
+
+    HAVE_KVPRESS = True
+except ImportError:
+    HAVE_KVPRESS = False
+SKIP = "kvpress environment absent: run adapters/kvpress/setup.sh, then this with its venv's python"
+
+GROWTH = {
+    "variant": "dense", "batch": 1, "heads": 1, "head_dim": 1, "dtype": "f32", "capacity": 4,
+    "sink": 0, "window": None, "growth": True, "global_sink": 0, "packed": None, "seed": 0,
+}
+
+
+def write(subject, start, length):
+    return subject.write(start, length, None, None, None, None)
+
+
+class Mapping(unittest.TestCase):
+    def test_kept_positions_are_the_sinks_then_the_most_recent(self):
+        kept = pipeline_subject.kept_positions
+        self.assertEqual(kept(16, 0.5, 2), [0, 1] + list(range(10, 16)))
+        self.assertEqual(kept(16, 0.3, 2), [0, 1] + list(range(7, 16)))  # int(16 * 0.7) = 11
+        self.assertEqual(kept(13, 0.0, 4), list(range(13)))
+        # kvpress's compute_n_kept: max(1, int(L * (1 - ratio))), a float truncated.
+        self.assertEqual(kept(10, 0.9, 0), [9])
+        # Fewer kept than sinks: the first ones, as "never pruned" reads.
+        self.assertEqual(kept(13, 0.7, 4), [0, 1, 2])
+        self.assertEqual(kept(13, 0.9, 4), [0])
+
+    def test_context_tokens_are_words_and_the_question_is_apart(self):
+        talk = pipeline_subject.WordConversation(pipeline_subject.CONTENT)
+        for writer in range(1, 20):
+            for position in range(100):
+                t = talk.token(position, writer)
+                self.assertTrue(pipeline_subject.FIRST_WORD <= t < pipeline_subject.QUESTION[0], t)
+        self.assertEqual(pipeline_subject.words([4, 63]), "w4 w63")
+
+    def test_command_line(self):
+        s = pipeline_subject.KvpressPipeline.from_args(["--press", "rerotate", "--ratio", "0.25", "--sink", "2"])
+        self.assertEqual((s.press_name, s.ratio, s.sink), ("rerotate", 0.25, 2))
+        self.assertIn("--ratio 0.25 --sink 2", s.name)
+        for wrong in (["--ratio", "1"], ["--ratio", "-0.1"], ["--layers", "0"], ["--press", "knorm"]):
+            with self.assertRaises(SystemExit):
+                pipeline_subject.KvpressPipeline.from_args(wrong)
+
+    def test_declared_domain_and_configs(self):
+        self.assertIsNone(kvcheck.subject.domain_problem(pipeline_subject.KvpressPipeline.domain))
+        self.assertIn("domain", pipeline_subject.KvpressPipeline(press="none").capabilities())
+        # StreamingLLMPress refuses a context no longer than its sinks.
+        self.assertNotIn("domain", pipeline_subject.KvpressPipeline(press="streaming", sink=4).capabilities())
+        s = pipeline_subject.KvpressPipeline()
+        for config in (dict(GROWTH, growth=False), dict(GROWTH, window=3)):
+            with self.assertRaises(kvcheck.Outside):
+                s.open(config)
+        self.assertIsNone(s.pipe, "a refused config builds no model")
+
+
+@unittest.skipUnless(HAVE_KVPRESS, SKIP)
+class AgainstARecompute(unittest.TestCase):
+    def conversation(self, subject):
+        subject.open(GROWTH)
+        seen = [write(subject, 0, 12), write(subject, 12, 5), write(subject, 17, 0)]
+        subject.rewind(6)
+        seen.append(write(subject, 6, 4))
+        seen.append(write(subject, 2, 3))
+        subject.reset()
+        seen.append(write(subject, 0, 9))
+        return seen
+
+    def test_streaming_rerotated_and_uncompressed_agree(self):
+        for args in (["--press", "none"], ["--press", "streaming"], ["--press", "rerotate"],
+                     ["--press", "streaming", "--ratio", "0.25", "--sink", "2", "--max-tokens", "4"]):
+            s = pipeline_subject.KvpressPipeline.from_args(args)
+            seen = self.conversation(s)
+            self.assertEqual(seen[1], list(range(17)), args)
+
+    def test_a_wrong_judge_is_caught(self):
+        # The recompute told the press keeps one token more than it does:
+        # the comparison must notice.
+        s = pipeline_subject.KvpressPipeline()
+        s.open(GROWTH)
+        kept = pipeline_subject.kept_positions
+        try:
+            pipeline_subject.kept_positions = lambda length, ratio, sink: kept(length, ratio, sink) + [4]
+            with self.assertRaises(pipeline_subject.RecomputeMismatch):
+                write(s, 0, 12)
+        finally:
+            pipeline_subject.kept_positions = kept
+
+    def test_a_deeper_layer_differs_by_design(self):
+        # Layer 1's keys of a kept token were computed attending to the
+        # pruned ones: no recompute of the kept tokens reproduces them.
+        s = pipeline_subject.KvpressPipeline.from_args(["--layers", "2"])
+        s.open(GROWTH)
+        with self.assertRaises(pipeline_subject.RecomputeMismatch):
+            write(s, 0, 12)
+
+
+@unittest.skipUnless(HAVE_KVPRESS, SKIP)
+class Findings(unittest.TestCase):
+    """The minimized trace of docs/findings/kvpress-streaming-sinks-tie.md:
+    it shows the finding on the release, or the test skips naming it (a
+    patched library)."""
+
+    def test_finding_streaming_sinks_tie(self):
+        import json
+
+        with open(os.path.join(HERE, "traces", "streaming-sinks-tie.kvtrace.json")) as f:
+            trace = json.load(f)
+        s = pipeline_subject.KvpressPipeline.from_args(["--press", "streaming", "--ratio", "0.9", "--sink", "4"])
+        s.open(GROWTH)
+        (op,) = trace["ops"]
+        try:
+            write(s, op["write"]["start"], op["write"]["len"])
+        except pipeline_subject.RecomputeMismatch as caught:
+            self.assertIn("a recompute of what the press keeps", str(caught))
+        else:
+            self.skipTest("this kvpress keeps the first sinks (docs/findings/kvpress-streaming-sinks-tie.md)")
+
+
+if __name__ == "__main__":
+    unittest.main()
