@@ -3,7 +3,8 @@
 # pipeline (adapters/kvpress/pipeline_subject.py) for each press it judges
 # (none, StreamingLLMPress, KeyRerotationPress over it) at compression
 # ratios that keep more and fewer tokens than the sinks, with one and
-# several answer tokens, on DynamicCache and QuantizedCache. Writes, per
+# several answer tokens, one question and two, on DynamicCache and
+# QuantizedCache. Writes, per
 # row, the run's output and JSON report and the minimized traces under
 # $OUT (default target/kvpress-campaign), prints one summary line per row,
 # and last the campaign table (also $OUT/table.md).
@@ -44,6 +45,8 @@ rows=(
     "rerotate|--press rerotate --ratio 0.5 --sink 4"
     "rerotate-high|--press rerotate --ratio 0.9 --sink 4"
     "quantized|--press streaming --ratio 0.5 --sink 4 --cache quantized --tolerance 0.05"
+    "questions2|--press streaming --ratio 0.25 --sink 2 --questions 2"
+    "quantized-questions2|--press streaming --ratio 0.25 --sink 2 --cache quantized --tolerance 0.05 --questions 2"
 )
 
 mkdir -p "$out"

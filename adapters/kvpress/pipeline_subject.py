@@ -17,7 +17,9 @@ kvcheck's ops become pipeline calls:
 | rewind `to` | nothing is called; the next context shares only the first `to` tokens |
 | reset | nothing is called; a new conversation starts |
 
-Every call asks the same two-word question. The pipeline prefills the
+Every call asks the same two-word question (`--questions N`: N times in
+one call, `questions=[...]`, where every repeat must be answered exactly as
+the first). The pipeline prefills the
 context (BOS first) with the press hooked, which compresses the cache,
 then feeds the question and generates greedily. The logits of each
 generated token are read from the model's output head (a forward hook
@@ -42,7 +44,7 @@ window below the capacity) are opened: `kvcheck run --profile growth`.
 
     adapters/kvpress/.venv/bin/python adapters/kvpress/pipeline_subject.py \\
         [--press none|streaming|rerotate] [--ratio R] [--sink N] [--layers N] \\
-        [--cache dynamic|quantized] [--max-tokens N] [--tolerance T]
+        [--cache dynamic|quantized] [--max-tokens N] [--tolerance T] [--questions N]
 """
 
 import argparse
@@ -109,15 +111,17 @@ class KvpressPipeline(kvcheck.Subject):
     domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, press="streaming", ratio=0.5, sink=4, layers=1, cache="dynamic", max_tokens=2,
-                 tolerance=1e-4):
+                 tolerance=1e-4, questions=1):
         options = ["--press %s" % press]
         options += ["--ratio %g --sink %d" % (ratio, sink)] if press != "none" else []
         options += ["--layers %d" % layers] if layers != 1 else []
         options += ["--cache %s" % cache] if cache != "dynamic" else []
         options += ["--max-tokens %d" % max_tokens] if max_tokens != 2 else []
+        options += ["--questions %d" % questions] if questions != 1 else []
         self.name = " ".join(["kvpress pipeline"] + options)
         self.press_name, self.ratio, self.sink, self.layers = press, ratio, sink, layers
         self.cache_name, self.max_tokens, self.tolerance = cache, max_tokens, tolerance
+        self.questions = questions
         self.pipe = self.model = None
         self.talk = WordConversation(CONTENT)
         if press != "none" and sink > 0:
@@ -139,12 +143,17 @@ class KvpressPipeline(kvcheck.Subject):
                             help="quantized: QuantizedCache(backend='quanto', nbits=4, q_group_size=8)")
         parser.add_argument("--max-tokens", type=int, default=2)
         parser.add_argument("--tolerance", type=float, default=1e-4)
+        parser.add_argument("--questions", type=int, default=1,
+                            help="the same question asked N times in one call (questions=[...]): the pipeline "
+                            "compresses the context once and removes each answer from the cache before the "
+                            "next question, so every repeat must be answered exactly as the first")
         args = parser.parse_args(argv)
         if not 0 <= args.ratio < 1:
             parser.error("--ratio must be in [0, 1) (kvpress's presses refuse 1 and more)")
-        if args.sink < 0 or args.layers < 1 or args.max_tokens < 1:
-            parser.error("--sink must be at least 0, --layers and --max-tokens at least 1")
-        return cls(args.press, args.ratio, args.sink, args.layers, args.cache, args.max_tokens, args.tolerance)
+        if args.sink < 0 or args.layers < 1 or args.max_tokens < 1 or args.questions < 1:
+            parser.error("--sink must be at least 0, --layers, --max-tokens and --questions at least 1")
+        return cls(args.press, args.ratio, args.sink, args.layers, args.cache, args.max_tokens, args.tolerance,
+                   args.questions)
 
     @property
     def global_end(self):
@@ -194,6 +203,11 @@ class KvpressPipeline(kvcheck.Subject):
             return None
         from transformers import QuantizedCache
 
+        # quanto loads its compiled CPU extension through torch's
+        # cpp_extension, which runs ninja (the venv's) every time.
+        bin_dir = os.path.dirname(sys.executable)
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         return QuantizedCache(backend="quanto", config=self.model.config, nbits=4, q_group_size=8)
 
     def write(self, start, length, heads, recent_window, k, v):
@@ -211,16 +225,31 @@ class KvpressPipeline(kvcheck.Subject):
 
         self.steps = []
         with torch.no_grad():
-            answer = self.pipe(" " + words(tokens), question=words(QUESTION), press=self.make_press(),
-                               max_new_tokens=self.max_tokens, cache=self.make_cache())["answer"]
-        generated = [int(step.argmax()) for step in self.steps]
-        if answer.split() != ["w%d" % t for t in generated if t >= FIRST_WORD]:
-            # The hook reads the logits the pipeline decodes from: its
-            # answer is their greedy tokens (special ones left out).
-            raise RecomputeMismatch("the pipeline answered %r, its own logits give %s" % (answer, generated))
+            answers = self.pipe(" " + words(tokens), questions=[words(QUESTION)] * self.questions,
+                                press=self.make_press(), max_new_tokens=self.max_tokens,
+                                cache=self.make_cache())["answers"]
+        if len(self.steps) != self.max_tokens * self.questions:
+            raise RecomputeMismatch("the pipeline ran its output head %d times for %d questions of %d tokens"
+                                    % (len(self.steps), self.questions, self.max_tokens))
+        first = self.steps[: self.max_tokens]
+        generated = [int(step.argmax()) for step in first]
+        for number, answer in enumerate(answers):
+            steps = self.steps[number * self.max_tokens: (number + 1) * self.max_tokens]
+            if answer.split() != ["w%d" % int(step.argmax()) for step in steps if int(step.argmax()) >= FIRST_WORD]:
+                # The hook reads the logits the pipeline decodes from: its
+                # answer is their greedy tokens (special ones left out).
+                raise RecomputeMismatch("the pipeline answered %r, its own logits give %s"
+                                        % (answer, [int(step.argmax()) for step in steps]))
+            if number:
+                # The same question about the same compressed context.
+                delta = max(float((a - b).abs().max()) for a, b in zip(steps, first))
+                if delta > 1e-5:
+                    raise RecomputeMismatch("question %d of %d, the first one again, is answered with logits %.3g "
+                                            "apart from the first's (the cache still holds an earlier answer?)"
+                                            % (number + 1, self.questions, delta))
         wanted = self.recompute([BOS] + list(tokens), generated)
         context = "a %d-token context" % (len(tokens) + 1)
-        for index, (got, want) in enumerate(zip(self.steps, wanted)):
+        for index, (got, want) in enumerate(zip(first, wanted)):
             self.compare(index, got, want, context)
 
     def recompute(self, context, generated):
