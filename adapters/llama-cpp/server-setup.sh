@@ -16,7 +16,7 @@
 #                       the llama.cpp repository, a/src/llama-kv-cache.cpp);
 #                       LLAMA_SERVER_PATCH=none compiles it unpatched. The
 #                       build tree is kept, so another patch recompiles
-#                       only what it changes (about 10 minutes on two cores
+#                       only what it changes (about 16 minutes on two cores
 #                       the first time).
 #   otherwise           Debian's llama.cpp-tools package of $DEBIAN_SUITE
 #                       (default unstable, the newest upstream release
