@@ -19,22 +19,10 @@
 #   OUT       where the reports go
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
+# shellcheck source=../campaign-kit.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../campaign-kit.sh"
 venv="${VENV:-adapters/kvpress/.venv}"
-kvcheck="${KVCHECK:-target/debug/kvcheck}"
-time="${TIME:-45}"
-seed="${SEED:-1}"
-out="${OUT:-target/kvpress-campaign}"
-
-if [ ! -f "$venv/KVCHECK_KVPRESS_READY" ]; then
-    echo "pipeline_campaign: no kvpress environment in $venv: run adapters/kvpress/setup.sh first" >&2
-    exit 2
-fi
-venv_bin="$(cd "$venv" && pwd)/bin"
-if [ ! -x "$kvcheck" ]; then
-    cargo build --quiet -p kvcheck --bin kvcheck
-fi
+campaign_init pipeline_campaign "$venv/KVCHECK_KVPRESS_READY" adapters/kvpress/setup.sh target/kvpress-campaign 45
 
 # name | pipeline_subject.py options
 rows=(
@@ -49,25 +37,9 @@ rows=(
     "quantized-questions2|--press streaming --ratio 0.25 --sink 2 --cache quantized --tolerance 0.05 --questions 2"
 )
 
-mkdir -p "$out"
 for row in "${rows[@]}"; do
     name="${row%%|*}"
-    args="${row#*|}"
-    if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
-        continue
-    fi
-    subject="exec:$venv/bin/python adapters/kvpress/pipeline_subject.py $args"
-    rm -rf "${out:?}/$name"
-    mkdir -p "$out/$name"
-    started=$(date +%s)
-    set +e
-    # ninja on PATH: quanto compiles its extension at first use.
-    PATH="$venv_bin:$PATH" "$kvcheck" run --profile growth --keep-going --max-tests 300 --time "$time" \
-        --seed "$seed" --jobs 1 --subject-timeout 300 --min-judged 0 --subject "$subject" \
-        --out "$out/$name/traces" --json "$out/$name/report.json" >"$out/$name/output.txt" 2>&1
-    status=$?
-    set -e
-    echo "$name: exit $status in $(( $(date +%s) - started )) s: $(grep -E '^(no divergence|[0-9]+ distinct)|cases,' "$out/$name/output.txt" | tr '\n' ' ')"
+    campaign_selected "$name" "$@" || continue
+    campaign_run "$name" "exec:$venv/bin/python adapters/kvpress/pipeline_subject.py ${row#*|}" 300
 done
-
-python3 scripts/campaign_table.py "$out"
+campaign_table

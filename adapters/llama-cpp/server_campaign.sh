@@ -22,21 +22,11 @@
 #   OUT       where the reports go
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
+# shellcheck source=../campaign-kit.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../campaign-kit.sh"
 venv="${VENV:-adapters/llama-cpp/.venv-server}"
-kvcheck="${KVCHECK:-target/debug/kvcheck}"
-time="${TIME:-45}"
-seed="${SEED:-1}"
-out="${OUT:-target/llama-server-campaign}"
-
-if [ ! -f "$venv/KVCHECK_LLAMA_SERVER_READY" ]; then
-    echo "server_campaign: no llama-server environment in $venv: run adapters/llama-cpp/server-setup.sh first" >&2
-    exit 2
-fi
-if [ ! -x "$kvcheck" ]; then
-    cargo build --quiet -p kvcheck --bin kvcheck
-fi
+campaign_init server_campaign "$venv/KVCHECK_LLAMA_SERVER_READY" adapters/llama-cpp/server-setup.sh \
+    target/llama-server-campaign 45
 
 # name | server_subject.py options (before `--`, then llama-server's own)
 rows=(
@@ -74,24 +64,9 @@ rows=(
     "bf16-reuse|--model llama --layers 1 --tolerance 0.05 -- -ctk bf16 -ctv bf16 --cache-reuse 2"
 )
 
-mkdir -p "$out"
 for row in "${rows[@]}"; do
     name="${row%%|*}"
-    args="${row#*|}"
-    if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
-        continue
-    fi
-    subject="exec:$venv/bin/python adapters/llama-cpp/server_subject.py $args"
-    rm -rf "${out:?}/$name"
-    mkdir -p "$out/$name"
-    started=$(date +%s)
-    set +e
-    "$kvcheck" run --profile growth --keep-going --max-tests 300 --time "$time" --seed "$seed" \
-        --jobs 1 --subject-timeout 300 --min-judged 0 --subject "$subject" \
-        --out "$out/$name/traces" --json "$out/$name/report.json" >"$out/$name/output.txt" 2>&1
-    status=$?
-    set -e
-    echo "$name: exit $status in $(( $(date +%s) - started )) s: $(grep -E '^(no divergence|[0-9]+ distinct)|cases,' "$out/$name/output.txt" | tr '\n' ' ')"
+    campaign_selected "$name" "$@" || continue
+    campaign_run "$name" "exec:$venv/bin/python adapters/llama-cpp/server_subject.py ${row#*|}" 300
 done
-
-python3 scripts/campaign_table.py "$out"
+campaign_table

@@ -20,21 +20,10 @@
 #   OUT       where the reports go
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
+# shellcheck source=../campaign-kit.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../campaign-kit.sh"
 venv="${VENV:-adapters/mlx-lm/.venv}"
-kvcheck="${KVCHECK:-target/debug/kvcheck}"
-time="${TIME:-90}"
-seed="${SEED:-1}"
-out="${OUT:-target/mlx-lm-server-campaign}"
-
-if [ ! -f "$venv/KVCHECK_READY" ]; then
-    echo "server_campaign: no mlx-lm environment in $venv: run adapters/mlx-lm/setup.sh first" >&2
-    exit 2
-fi
-if [ ! -x "$kvcheck" ]; then
-    cargo build --quiet -p kvcheck --bin kvcheck
-fi
+campaign_init server_campaign "$venv/KVCHECK_READY" adapters/mlx-lm/setup.sh target/mlx-lm-server-campaign 90
 
 # name | server_subject.py options (before `--`, then mlx_lm.server's own)
 rows=(
@@ -50,34 +39,18 @@ rows=(
     "draft-rotating|--model gemma3 --draft gemma3 --max-tokens 3"
 )
 
-mkdir -p "$out"
 for row in "${rows[@]}"; do
     name="${row%%|*}"
     options="${row#*|}"
-    if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
-        continue
-    fi
+    campaign_selected "$name" "$@" || continue
     for mask in "" "--mask exact-hit"; do
-        label="$name${mask:+-masked}"
         # The mask goes before `--`: server options follow it.
         if [[ "$options" == *" -- "* ]]; then
             args="${options%% -- *} $mask -- ${options#* -- }"
         else
             args="$options $mask"
         fi
-        subject="exec:$venv/bin/python adapters/mlx-lm/server_subject.py $args"
-        rm -rf "$out/$label"
-        mkdir -p "$out/$label"
-        started=$(date +%s)
-        set +e
-        "$kvcheck" run --profile growth --keep-going --max-tests 300 --time "$time" --seed "$seed" \
-            --jobs 1 --subject-timeout 120 --min-judged 0 --subject "$subject" \
-            --out "$out/$label/traces" --json "$out/$label/report.json" >"$out/$label/output.txt" 2>&1
-        status=$?
-        set -e
-        echo "$label: exit $status in $(( $(date +%s) - started )) s: $(grep -E '^(no divergence|[0-9]+ distinct)|cases,' "$out/$label/output.txt" | tr '\n' ' ')"
+        campaign_run "$name${mask:+-masked}" "exec:$venv/bin/python adapters/mlx-lm/server_subject.py $args" 120
     done
 done
-
-# The campaign table of docs/mlx-lm-server.md, from the runs' JSON reports.
-python3 scripts/campaign_table.py "$out"
+campaign_table

@@ -17,19 +17,11 @@
 #   OUT       where the reports go
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
+# shellcheck source=../campaign-kit.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../campaign-kit.sh"
 venv="${VENV:-adapters/transformers/.venv}"
-kvcheck="${KVCHECK:-target/debug/kvcheck}"
-out="${OUT:-target/transformers-generate-campaign}"
-
-if [ ! -f "$venv/KVCHECK_READY" ]; then
-    echo "generate_campaign: no transformers environment in $venv: run adapters/transformers/setup.sh first" >&2
-    exit 2
-fi
-if [ ! -x "$kvcheck" ]; then
-    cargo build --quiet -p kvcheck --bin kvcheck
-fi
+campaign_init generate_campaign "$venv/KVCHECK_READY" adapters/transformers/setup.sh \
+    target/transformers-generate-campaign 60
 
 # name | generate_subject.py options
 rows=(
@@ -47,21 +39,9 @@ rows=(
     "batching|--model llama --batching --max-new-tokens 3"
 )
 
-mkdir -p "$out"
 for row in "${rows[@]}"; do
     name="${row%%|*}"
-    if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
-        continue
-    fi
-    rm -rf "${out:?}/$name"
-    mkdir -p "$out/$name"
-    started=$(date +%s)
-    status=0
-    "$kvcheck" run --profile growth --keep-going --max-tests 300 --time "${TIME:-60}" --seed "${SEED:-1}" \
-        --jobs 1 --subject-timeout 120 --min-judged 0 \
-        --subject "exec:$venv/bin/python adapters/transformers/generate_subject.py ${row#*|}" \
-        --out "$out/$name/traces" --json "$out/$name/report.json" >"$out/$name/output.txt" 2>&1 || status=$?
-    echo "$name: exit $status in $(( $(date +%s) - started )) s: $(grep -E '^(no divergence|[0-9]+ distinct)' "$out/$name/output.txt" | tr '\n' ' ')"
+    campaign_selected "$name" "$@" || continue
+    campaign_run "$name" "exec:$venv/bin/python adapters/transformers/generate_subject.py ${row#*|}" 120
 done
-
-python3 scripts/campaign_table.py "$out"
+campaign_table
