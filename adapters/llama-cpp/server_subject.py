@@ -213,9 +213,9 @@ class LlamaServer:
 
     def complete(self, ids, n_predict, top, slot=None, cache=True, completions=1):
         """Greedy tokens after `ids` and their top log-probabilities:
-        (the answer, [{id: logprob}] per generated token, shifts logged);
-        with `completions` > 1 (`n_cmpl`: the prompt is evaluated once and
-        shared with other slots) a list of (answer, log-probabilities), one per completion."""
+        ([(the answer, [{id: logprob}] per generated token)], one per
+        completion (`completions` > 1 is `n_cmpl`: the prompt is evaluated
+        once and shared with other slots), the context shifts logged)."""
         body = {"prompt": ids, "n_predict": n_predict, "n_probs": top, "temperature": 0.0,
                 "cache_prompt": cache, "return_tokens": True, "samplers": ["top_k"], "top_k": 1,
                 # Every request generates n_predict tokens, the judge's too.
@@ -234,9 +234,7 @@ class LlamaServer:
         found = [(answer, [{e["id"]: e["logprob"] for e in step["top_logprobs"]}
                            for step in answer["completion_probabilities"]])
                  for answer in (answers if isinstance(answers, list) else [answers])]
-        if completions > 1:
-            return found
-        return found[0][0], found[0][1], shifts
+        return found, shifts
 
     def close(self):
         if self.process.poll() is None:
@@ -448,7 +446,7 @@ class LlamaCppServer(kvcheck.Subject):
             # Another client's conversation, one token longer each time.
             self.interleaved += 1
             other = [BOS] + [FIRST_PLAIN + CONTENT + i for i in range(2 + self.interleaved)]
-            answer, steps, shifts = self.server.complete(other, self.max_tokens, self.top)
+            [(answer, steps)], shifts = self.server.complete(other, self.max_tokens, self.top)
             self.judge_steps(other, list(answer["tokens"]), steps, shifts,
                              "another conversation's %d-token prompt (%d reused)"
                              % (len(other), answer["timings"]["cache_n"]))
@@ -456,35 +454,25 @@ class LlamaCppServer(kvcheck.Subject):
             self.server.post("/slots/0?action=save", {"filename": "slot.bin"})
             self.server.post("/slots/0?action=erase", {})
             self.server.post("/slots/0?action=restore", {"filename": "slot.bin"})
-        if self.completions > 1:
-            return self.ask_shared(ids, slot)
         try:
-            answer, steps, shifts = self.server.complete(ids, self.max_tokens, self.top, slot)
+            answers, shifts = self.server.complete(ids, self.max_tokens, self.top, slot, completions=self.completions)
         except ServerError as error:
             if "exceed" in str(error) and "--context-shift" in self.server_args:
                 raise kvcheck.Outside("a prompt of %d tokens: the server refuses one its context cannot hold (%s)"
                                       % (len(ids), error)) from None
             raise
-        if answer["tokens_evaluated"] != len(ids):
-            raise RecomputeMismatch("the server counted %d prompt tokens of %d sent"
-                                    % (answer["tokens_evaluated"], len(ids)))
-        generated = list(answer["tokens"])
-        what = "a %d-token prompt (%d reused from the slot)" % (len(ids), answer["timings"]["cache_n"])
-        self.judge_steps(ids, generated, steps, shifts, what)
-        return [t for t in generated if t >= FIRST_PLAIN]
-
-    def ask_shared(self, ids, slot):
-        """`--completions N`: N completions of one prompt, each judged."""
-        answers = self.server.complete(ids, self.max_tokens, self.top, slot, completions=self.completions)
         if len(answers) != self.completions:
             raise RecomputeMismatch("the server answered %d completions of %d asked" % (len(answers), self.completions))
         for answer, steps in answers:
             if answer["tokens_evaluated"] != len(ids):
-                raise RecomputeMismatch("completion %d: the server counted %d prompt tokens of %d sent"
-                                        % (answer["index"], answer["tokens_evaluated"], len(ids)))
-            what = "a %d-token prompt shared by %d completions (completion %d, slot %d, %d reused)" % (
-                len(ids), self.completions, answer["index"], answer["id_slot"], answer["timings"]["cache_n"])
-            self.judge_steps(ids, list(answer["tokens"]), steps, [], what)
+                raise RecomputeMismatch("the server counted %d prompt tokens of %d sent"
+                                        % (answer["tokens_evaluated"], len(ids)))
+            what = "a %d-token prompt (%d reused from the slot)" % (len(ids), answer["timings"]["cache_n"])
+            if self.completions > 1:
+                what = "%s, completion %d of %d (slot %d)" % (what, answer["index"] + 1, self.completions,
+                                                            answer["id_slot"])
+            # With several completions the server refuses to shift: no shift is logged.
+            self.judge_steps(ids, list(answer["tokens"]), steps, shifts, what)
         return [t for t in answers[0][0]["tokens"] if t >= FIRST_PLAIN]
 
     def judge_steps(self, ids, generated, steps, shifts, what):
@@ -493,7 +481,7 @@ class LlamaCppServer(kvcheck.Subject):
         its context shifts."""
         segments = attended_segments(ids, generated, len(steps), shifts)
         for (first, attended), stop in zip(segments, [s[0] for s in segments[1:]] + [len(steps)]):
-            _, wanted, _ = self.judge.complete(attended, stop - first, max(self.top, 20), cache=False)
+            [(_, wanted)], _ = self.judge.complete(attended, stop - first, max(self.top, 20), cache=False)
             context = what + (", after a context shift" if first else "")
             for index in range(first, stop):
                 got = steps[index]
