@@ -4,7 +4,9 @@
 # (none, StreamingLLMPress, KeyRerotationPress over it) at compression
 # ratios that keep more and fewer tokens than the sinks, with one and
 # several answer tokens, one question and two, on DynamicCache and
-# QuantizedCache. Writes, per
+# QuantizedCache, and the decoding presses (DecodingPress,
+# PrefillDecodingPress, CompressionRatioDecodingPress over
+# StreamingLLMPress), which compress while the answer is generated. Writes, per
 # row, the run's output and JSON report and the minimized traces under
 # $OUT (default target/kvpress-campaign), prints one summary line per row,
 # and last the campaign table (also $OUT/table.md).
@@ -35,6 +37,11 @@ rows=(
     "quantized|--press streaming --ratio 0.5 --sink 4 --cache quantized --tolerance 0.05"
     "questions2|--press streaming --ratio 0.25 --sink 2 --questions 2"
     "quantized-questions2|--press streaming --ratio 0.25 --sink 2 --cache quantized --tolerance 0.05 --questions 2"
+    "decoding|--press decoding --sink 2 --interval 2 --target 8 --max-tokens 6"
+    "decoding-every-step|--press decoding --sink 2 --interval 1 --target 5 --max-tokens 4"
+    "prefill-decoding|--press prefill-decoding --ratio 0.5 --sink 2 --interval 2 --target 8 --max-tokens 4"
+    "ratio-decoding|--press ratio-decoding --ratio 0.25 --sink 2 --interval 2 --max-tokens 6"
+    "decoding-quantized|--press decoding --sink 2 --interval 2 --target 8 --max-tokens 5 --cache quantized --tolerance 0.05"
 )
 
 for row in "${rows[@]}"; do

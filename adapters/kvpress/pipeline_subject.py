@@ -33,7 +33,21 @@ generated before, at the positions the press's documentation gives them:
   question follows at position L;
 - `--press rerotate`: `KeyRerotationPress(StreamingLLMPress(...))`: the
   same tokens, re-rotated to positions 0..k-1; the question follows at k;
-- `--press none`: no press, the whole context.
+- `--press none`: no press, the whole context;
+- `--press decoding`: `DecodingPress(StreamingLLMPress(n_sink),
+  compression_interval, target_size)` compresses while the answer is
+  generated: every forward (the question's, then each answer token's)
+  is a step, and after every `--interval`-th step, or one of at least
+  `--target` tokens, the cache, the step's tokens included, keeps its
+  first `n_sink` entries and its most recent, `--target` in all, at their
+  positions;
+- `--press prefill-decoding`: `PrefillDecodingPress` with the streaming
+  press on the context and that decoding press on the answer;
+- `--press ratio-decoding`: `CompressionRatioDecodingPress`, whose target
+  is `max(1, int(seen * (1 - ratio)))` of the `seen` positions so far.
+
+Each answer token is judged by its own forward of what the press keeps
+when that token is computed (`schedule`).
 
 Logits further apart than `--tolerance`, or a different greedy token
 where the two best are further apart than that, raise `RecomputeMismatch`:
@@ -43,8 +57,9 @@ Only configurations that keep every position visible (`growth`, no
 window below the capacity) are opened: `kvcheck run --profile growth`.
 
     adapters/kvpress/.venv/bin/python adapters/kvpress/pipeline_subject.py \\
-        [--press none|streaming|rerotate] [--ratio R] [--sink N] [--layers N] \\
-        [--cache dynamic|quantized] [--max-tokens N] [--tolerance T] [--questions N]
+        [--press none|streaming|rerotate|decoding|prefill-decoding|ratio-decoding] [--ratio R] [--sink N] \\
+        [--interval N] [--target N] [--layers N] [--cache dynamic|quantized] [--max-tokens N] [--tolerance T] \\
+        [--questions N]
 """
 
 import argparse
@@ -71,7 +86,10 @@ FIRST_WORD = 4
 # Context tokens are words w4 .. w61; the question is two words of its own.
 CONTENT = VOCAB - FIRST_WORD - 2
 QUESTION = [VOCAB - 2, VOCAB - 1]
-PRESSES = ("none", "streaming", "rerotate")
+PRESSES = ("none", "streaming", "rerotate", "decoding", "prefill-decoding", "ratio-decoding")
+# The presses that compress while the answer is generated; the pipeline
+# refuses several questions with them.
+DECODING = ("decoding", "prefill-decoding", "ratio-decoding")
 
 
 class RecomputeMismatch(RuntimeError):
@@ -88,10 +106,69 @@ def kept_positions(length, ratio, sink):
     all (kvpress's `compute_n_kept`); all of them when `ratio` is 0."""
     if ratio <= 0:
         return list(range(length))
-    kept = max(1, int(length * (1 - ratio)))
+    return streaming_keep(length, max(1, int(length * (1 - ratio))), sink)
+
+
+def streaming_keep(length, kept, sink):
+    """The indices StreamingLLMPress keeps of `length` when it keeps `kept`:
+    the first `sink` (the first `kept` when fewer: sinks "are never
+    pruned"), then the most recent."""
+    if kept >= length:
+        return list(range(length))
     if kept <= sink:
         return list(range(kept))
     return list(range(sink)) + list(range(length - (kept - sink), length))
+
+
+def decoding_target(press, target, ratio, seen):
+    """The size a decoding press compresses the cache to once `seen`
+    positions were written (the largest position id + 1): DecodingPress's
+    `target_size`, or CompressionRatioDecodingPress's `max(1, int(seen * (1
+    - target_compression_ratio)))`."""
+    if press == "ratio-decoding":
+        return max(1, int(seen * (1 - ratio)))
+    return target
+
+
+def schedule(press, context, generated, ratio, sink, interval, target, question=QUESTION):
+    """What each answer token's logits are computed from, as the press's
+    documentation describes it: for every step (the question, then each
+    answer token fed back but the last), the cache's (token, position)
+    entries followed by the step's own. The logits of answer token i are
+    those of the last entry of step i.
+
+    A prefill press compresses the context once (`streaming`, `rerotate`,
+    and `prefill-decoding`'s prefill); a decoding press counts the steps,
+    the question's forward included, and after every `interval`-th one, or
+    one of at least `target` tokens, compresses the cache, the step's own
+    tokens included, to its target with StreamingLLMPress's choice (the
+    first `sink` entries and the most recent)."""
+    length = len(context)
+    if press in ("streaming", "rerotate", "prefill-decoding"):
+        kept = kept_positions(length, ratio, sink)
+    else:
+        kept = list(range(length))
+    if press == "rerotate":
+        cache = [(context[p], i) for i, p in enumerate(kept)]
+        after = len(kept)
+    else:
+        cache = [(context[p], p) for p in kept]
+        after = length
+    steps, count = [], 0
+    inputs = list(question)
+    for index in range(len(generated)):
+        step = [(token, after + i) for i, token in enumerate(inputs)]
+        after += len(step)
+        steps.append(cache + step)
+        cache = cache + step
+        if press in DECODING:
+            count += 1
+            size = decoding_target(press, target, ratio, after)
+            if count >= interval or len(step) >= size:
+                cache = [cache[i] for i in streaming_keep(len(cache), size, sink)]
+                count = 0
+        inputs = [generated[index]]
+    return steps
 
 
 class WordConversation(Conversation):
@@ -111,9 +188,11 @@ class KvpressPipeline(kvcheck.Subject):
     domain = FRONT_DOOR_DOMAIN
 
     def __init__(self, press="streaming", ratio=0.5, sink=4, layers=1, cache="dynamic", max_tokens=2,
-                 tolerance=1e-4, questions=1):
+                 tolerance=1e-4, questions=1, interval=2, target=8):
         options = ["--press %s" % press]
         options += ["--ratio %g --sink %d" % (ratio, sink)] if press != "none" else []
+        options += ["--interval %d" % interval] if press in DECODING else []
+        options += ["--target %d" % target] if press in ("decoding", "prefill-decoding") else []
         options += ["--layers %d" % layers] if layers != 1 else []
         options += ["--cache %s" % cache] if cache != "dynamic" else []
         options += ["--max-tokens %d" % max_tokens] if max_tokens != 2 else []
@@ -121,11 +200,11 @@ class KvpressPipeline(kvcheck.Subject):
         self.name = " ".join(["kvpress pipeline"] + options)
         self.press_name, self.ratio, self.sink, self.layers = press, ratio, sink, layers
         self.cache_name, self.max_tokens, self.tolerance = cache, max_tokens, tolerance
-        self.questions = questions
+        self.questions, self.interval, self.target = questions, interval, target
         self.pipe = self.model = None
         self.talk = WordConversation(CONTENT)
-        if press != "none" and sink > 0:
-            # The press refuses a context no longer than its sinks (answered
+        if press != "none" and self.refused(0):
+            # The press refuses a cache no longer than its sinks (answered
             # outside), which the declared domain admits: declare none.
             self.domain = None
 
@@ -133,7 +212,9 @@ class KvpressPipeline(kvcheck.Subject):
     def from_args(cls, argv):
         parser = argparse.ArgumentParser(prog="pipeline_subject.py", description=__doc__.split("\n\n")[0])
         parser.add_argument("--press", choices=PRESSES, default="streaming")
-        parser.add_argument("--ratio", type=float, default=0.5, help="the press's compression_ratio, in [0, 1)")
+        parser.add_argument("--ratio", type=float, default=0.5,
+                            help="the press's compression_ratio, in [0, 1): StreamingLLMPress's, the prefill's of "
+                            "prefill-decoding, CompressionRatioDecodingPress's target_compression_ratio")
         parser.add_argument("--sink", type=int, default=4, help="StreamingLLMPress's n_sink")
         parser.add_argument("--layers", type=int, default=1,
                             help="the model's layers; with more than one, a deeper layer's keys and values of "
@@ -147,13 +228,30 @@ class KvpressPipeline(kvcheck.Subject):
                             help="the same question asked N times in one call (questions=[...]): the pipeline "
                             "compresses the context once and removes each answer from the cache before the "
                             "next question, so every repeat must be answered exactly as the first")
+        parser.add_argument("--interval", type=int, default=2,
+                            help="a decoding press's compression_interval: it compresses after every N steps")
+        parser.add_argument("--target", type=int, default=8,
+                            help="DecodingPress's target_size: the tokens it keeps when it compresses")
         args = parser.parse_args(argv)
+        if args.press in DECODING and args.questions != 1:
+            parser.error("--press %s takes one question: kvpress's pipeline refuses several with a decoding press"
+                         % args.press)
+        if args.interval < 1 or args.target < 1:
+            parser.error("--interval and --target must be at least 1 (kvpress asserts both positive)")
         if not 0 <= args.ratio < 1:
             parser.error("--ratio must be in [0, 1) (kvpress's presses refuse 1 and more)")
         if args.sink < 0 or args.layers < 1 or args.max_tokens < 1 or args.questions < 1:
             parser.error("--sink must be at least 0, --layers, --max-tokens and --questions at least 1")
         return cls(args.press, args.ratio, args.sink, args.layers, args.cache, args.max_tokens, args.tolerance,
-                   args.questions)
+                   args.questions, args.interval, args.target)
+
+    def refused(self, length):
+        """Whether StreamingLLMPress would refuse the first cache it
+        compresses after a context of `length` tokens: the context with BOS
+        (a prefill press), or that and the question (a decoding press's
+        first step), no longer than its sinks."""
+        first = length + 1 + (len(QUESTION) if self.press_name in ("decoding", "ratio-decoding") else 0)
+        return first <= self.sink
 
     @property
     def global_end(self):
@@ -191,10 +289,21 @@ class KvpressPipeline(kvcheck.Subject):
         self.model.lm_head.register_forward_hook(lambda module, args, out: self.steps.append(out[0, -1].detach()))
 
     def make_press(self):
-        from kvpress import KeyRerotationPress, StreamingLLMPress
+        from kvpress import (CompressionRatioDecodingPress, DecodingPress, KeyRerotationPress, PrefillDecodingPress,
+                             StreamingLLMPress)
 
         if self.press_name == "none":
             return None
+        if self.press_name == "ratio-decoding":
+            return CompressionRatioDecodingPress(StreamingLLMPress(n_sink=self.sink), compression_interval=self.interval,
+                                                 target_compression_ratio=self.ratio)
+        if self.press_name in DECODING:
+            decoding = DecodingPress(StreamingLLMPress(n_sink=self.sink), compression_interval=self.interval,
+                                     target_size=self.target)
+            if self.press_name == "decoding":
+                return decoding
+            prefill = StreamingLLMPress(compression_ratio=self.ratio, n_sink=self.sink)
+            return PrefillDecodingPress(prefilling_press=prefill, decoding_press=decoding)
         press = StreamingLLMPress(compression_ratio=self.ratio, n_sink=self.sink)
         return KeyRerotationPress(press) if self.press_name == "rerotate" else press
 
@@ -212,10 +321,10 @@ class KvpressPipeline(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         tokens = self.talk.prompt(start, length, heads, recent_window, follow=False)
-        if self.press_name != "none" and len(tokens) + 1 <= self.sink:
-            # StreamingLLMPress asserts a context longer than its sinks.
-            raise kvcheck.Outside("a context of %d tokens (BOS included): StreamingLLMPress(n_sink=%d) "
-                                  "refuses one no longer than its sinks" % (len(tokens) + 1, self.sink))
+        if self.press_name != "none" and self.refused(len(tokens)):
+            # StreamingLLMPress asserts a cache longer than its sinks.
+            raise kvcheck.Outside("a context of %d tokens (BOS included): StreamingLLMPress(n_sink=%d) refuses to "
+                                  "compress a cache no longer than its sinks" % (len(tokens) + 1, self.sink))
         self.ask(tokens)
         self.talk.answered(tokens, [])
         return list(range(len(tokens)))
@@ -253,32 +362,22 @@ class KvpressPipeline(kvcheck.Subject):
             self.compare(index, got, want, context)
 
     def recompute(self, context, generated):
-        """The logits of each answer token without a cache: the kept
-        context tokens, the question and the answer tokens before it, at
-        the positions the press documents."""
+        """The logits of each answer token without a cache: one forward of
+        what the press documents the step reads (`schedule`), each token at
+        its documented position."""
         import torch
 
-        if self.press_name == "none":
-            kept = list(range(len(context)))
-        else:
-            kept = kept_positions(len(context), self.ratio, self.sink)
-        if self.press_name == "rerotate":
-            positions = list(range(len(kept)))
-            after = len(kept)
-        else:
-            positions = list(kept)
-            after = len(context)
-        tail = QUESTION + generated[:-1]
-        ids = [context[p] for p in kept] + tail
-        positions = positions + list(range(after, after + len(tail)))
-        with torch.no_grad():
-            # An explicit all-ones mask: without one, transformers reads
-            # position ids that jump (the sinks, then the recent tokens) as
-            # packed sequences and masks each from the others.
-            logits = self.model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
-                                attention_mask=torch.ones(1, len(ids), dtype=torch.long), use_cache=False).logits[0]
-        first = len(kept) + len(QUESTION) - 1
-        return [logits[first + i] for i in range(len(generated))]
+        wanted = []
+        for step in schedule(self.press_name, context, generated, self.ratio, self.sink, self.interval, self.target):
+            ids, positions = [token for token, _ in step], [position for _, position in step]
+            with torch.no_grad():
+                # An explicit all-ones mask: without one, transformers reads
+                # position ids that jump (the sinks, then the recent tokens)
+                # as packed sequences and masks each from the others.
+                logits = self.model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
+                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long), use_cache=False).logits
+            wanted.append(logits[0, -1])
+        return wanted
 
     def compare(self, index, got, want, context):
         which = "the first answer token" if index == 0 else "answer token %d" % (index + 1)

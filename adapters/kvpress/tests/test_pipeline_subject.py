@@ -56,6 +56,45 @@ class Mapping(unittest.TestCase):
         self.assertEqual(kept(13, 0.7, 4), [0, 1, 2])
         self.assertEqual(kept(13, 0.9, 4), [0])
 
+    def test_schedule_of_a_prefill_press(self):
+        # Every step reads the kept context, the question, then the answer
+        # tokens before it, at the press's positions.
+        schedule = pipeline_subject.schedule
+        context, q = list(range(10, 20)), pipeline_subject.QUESTION
+        steps = schedule("streaming", context, [40, 41, 42], 0.5, 2, 2, 8)
+        self.assertEqual(steps[0], [(10, 0), (11, 1), (17, 7), (18, 8), (19, 9), (q[0], 10), (q[1], 11)])
+        self.assertEqual(steps[2][-2:], [(40, 12), (41, 13)])
+        rotated = schedule("rerotate", context, [40], 0.5, 2, 2, 8)
+        self.assertEqual(rotated[0], [(10, 0), (11, 1), (17, 2), (18, 3), (19, 4), (q[0], 5), (q[1], 6)])
+        whole = schedule("none", context, [40, 41], 0.5, 2, 2, 8)
+        self.assertEqual([p for _, p in whole[1]], list(range(13)))
+
+    def test_schedule_of_a_decoding_press(self):
+        # DecodingPress(interval 2, target 5, 2 sinks): the question's
+        # forward is step 1; after step 2 and step 4 the cache, the step's
+        # own token included, keeps its first 2 entries and last 3.
+        schedule = pipeline_subject.schedule
+        context, (q0, q1) = [10, 11, 12, 13, 14], pipeline_subject.QUESTION
+        steps = schedule("decoding", context, [40, 41, 42, 43, 44], 0.0, 2, 2, 5)
+        self.assertEqual(steps[0], [(t, p) for p, t in enumerate(context)] + [(q0, 5), (q1, 6)])
+        self.assertEqual(steps[1], steps[0] + [(40, 7)])
+        self.assertEqual(steps[2], [(10, 0), (11, 1), (q0, 5), (q1, 6), (40, 7), (41, 8)])
+        self.assertEqual(steps[3], steps[2] + [(42, 9)])
+        self.assertEqual(steps[4], [(10, 0), (11, 1), (40, 7), (41, 8), (42, 9), (43, 10)])
+        # A step of at least target tokens compresses at once: the question.
+        steps = schedule("decoding", context, [40, 41], 0.0, 1, 9, 2)
+        self.assertEqual(steps[1], [(10, 0), (q1, 6), (40, 7)])
+        # PrefillDecodingPress: the prefill press first, then the same.
+        steps = schedule("prefill-decoding", list(range(10, 20)), [40, 41, 42], 0.5, 2, 2, 6)
+        self.assertEqual([p for _, p in steps[0]], [0, 1, 7, 8, 9, 10, 11])
+        self.assertEqual([p for _, p in steps[2]], [0, 1, 9, 10, 11, 12, 13])
+        # CompressionRatioDecodingPress: the target is a share of the
+        # positions seen, max(1, int(seen * (1 - ratio))): 13 seen, 6 kept.
+        steps = schedule("ratio-decoding", list(range(10, 20)), [40, 41, 42], 0.5, 2, 2, 0)
+        self.assertEqual([p for _, p in steps[2]], [0, 1, 9, 10, 11, 12, 13])
+        self.assertEqual(pipeline_subject.decoding_target("ratio-decoding", 99, 0.25, 13), 9)
+        self.assertEqual(pipeline_subject.decoding_target("decoding", 99, 0.25, 13), 99)
+
     def test_context_tokens_are_words_and_the_question_is_apart(self):
         talk = pipeline_subject.WordConversation(pipeline_subject.CONTENT)
         for writer in range(1, 20):
@@ -68,7 +107,11 @@ class Mapping(unittest.TestCase):
         s = pipeline_subject.KvpressPipeline.from_args(["--press", "rerotate", "--ratio", "0.25", "--sink", "2"])
         self.assertEqual((s.press_name, s.ratio, s.sink), ("rerotate", 0.25, 2))
         self.assertIn("--ratio 0.25 --sink 2", s.name)
-        for wrong in (["--ratio", "1"], ["--ratio", "-0.1"], ["--layers", "0"], ["--press", "knorm"]):
+        s = pipeline_subject.KvpressPipeline.from_args(["--press", "decoding", "--interval", "3", "--target", "9"])
+        self.assertIn("--interval 3 --target 9", s.name)
+        for wrong in (["--ratio", "1"], ["--ratio", "-0.1"], ["--layers", "0"], ["--press", "knorm"],
+                      ["--press", "decoding", "--questions", "2"], ["--press", "decoding", "--interval", "0"],
+                      ["--press", "decoding", "--target", "0"]):
             with self.assertRaises(SystemExit):
                 pipeline_subject.KvpressPipeline.from_args(wrong)
 
@@ -77,6 +120,11 @@ class Mapping(unittest.TestCase):
         self.assertIn("domain", pipeline_subject.KvpressPipeline(press="none").capabilities())
         # StreamingLLMPress refuses a context no longer than its sinks.
         self.assertNotIn("domain", pipeline_subject.KvpressPipeline(press="streaming", sink=4).capabilities())
+        # A decoding press first compresses the context and the question:
+        # with fewer sinks than that, nothing is refused.
+        self.assertIn("domain", pipeline_subject.KvpressPipeline(press="decoding", sink=2).capabilities())
+        self.assertNotIn("domain", pipeline_subject.KvpressPipeline(press="decoding", sink=3).capabilities())
+        self.assertNotIn("domain", pipeline_subject.KvpressPipeline(press="prefill-decoding", sink=1).capabilities())
         s = pipeline_subject.KvpressPipeline()
         for config in (dict(GROWTH, growth=False), dict(GROWTH, window=3)):
             with self.assertRaises(kvcheck.Outside):
