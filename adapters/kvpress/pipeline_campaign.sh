@@ -41,7 +41,7 @@ rows=(
     "decoding-every-step|--press decoding --sink 2 --interval 1 --target 5 --max-tokens 4"
     "prefill-decoding|--press prefill-decoding --ratio 0.5 --sink 2 --interval 2 --target 8 --max-tokens 4"
     "ratio-decoding|--press ratio-decoding --ratio 0.25 --sink 2 --interval 2 --max-tokens 6"
-    "decoding-quantized|--press decoding --sink 2 --interval 2 --target 8 --max-tokens 5 --cache quantized --tolerance 0.05"
+    "decoding-quantized|--press decoding --sink 2 --interval 2 --target 8 --max-tokens 5 --cache quantized --tolerance 0.02"
 )
 
 for row in "${rows[@]}"; do

@@ -121,6 +121,7 @@ def main():
         held = [int((rows - row).abs().amax(-1).argmin()) for row in cache.layers[0].keys[0, 0]]
         print("  the cache after the call holds positions %s (in its order); position 0 (BOS) %s"
               % (held, "kept" if 0 in held else "dropped"))
+        print("  greedy answer: %s" % " ".join("w%d" % t for t in answer))
     print("a decoding press keeps other tokens than the first n_sink and the most recent: %s"
           % ("yes" if wrong else "no"))
 

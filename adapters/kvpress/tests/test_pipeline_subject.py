@@ -145,8 +145,16 @@ class AgainstARecompute(unittest.TestCase):
         return seen
 
     def test_streaming_rerotated_and_uncompressed_agree(self):
+        # The decoding presses up to their first compression's effect (two
+        # answer tokens after it), which the order of the kept keys does
+        # not reach.
         for args in (["--press", "none"], ["--press", "streaming"], ["--press", "rerotate"],
-                     ["--press", "streaming", "--ratio", "0.25", "--sink", "2", "--max-tokens", "4"]):
+                     ["--press", "streaming", "--ratio", "0.25", "--sink", "2", "--max-tokens", "4"],
+                     ["--press", "decoding", "--sink", "2", "--interval", "2", "--target", "6", "--max-tokens", "4"],
+                     ["--press", "ratio-decoding", "--ratio", "0.25", "--sink", "2", "--interval", "2",
+                      "--max-tokens", "4"],
+                     ["--press", "prefill-decoding", "--ratio", "0.5", "--sink", "2", "--interval", "2",
+                      "--target", "6", "--max-tokens", "2"]):
             s = pipeline_subject.KvpressPipeline.from_args(args)
             seen = self.conversation(s)
             self.assertEqual(seen[1], list(range(17)), args)
@@ -213,6 +221,44 @@ class Findings(unittest.TestCase):
         else:
             self.skipTest("this kvpress takes each answer out of a quantized cache "
                           "(docs/findings/kvpress-quantized-answers-stay.md)")
+
+    def replay(self, name, args):
+        """Replays a one-call finding trace on the subject built from
+        `args`: the RecomputeMismatch it raises, or None."""
+        import json
+
+        with open(os.path.join(HERE, "traces", name)) as f:
+            trace = json.load(f)
+        s = pipeline_subject.KvpressPipeline.from_args(args)
+        s.open(GROWTH)
+        (op,) = trace["ops"]
+        try:
+            write(s, op["write"]["start"], op["write"]["len"])
+        except pipeline_subject.RecomputeMismatch as caught:
+            return caught
+        return None
+
+    def test_finding_decoding_order_lost(self):
+        # DecodingPress compressing at every step: from the second
+        # compression on, StreamingLLMPress reads top-k's order as positions.
+        caught = self.replay("decoding-order-lost.kvtrace.json",
+                             ["--press", "decoding", "--sink", "2", "--interval", "1", "--target", "5",
+                              "--max-tokens", "4"])
+        if caught is None:
+            self.skipTest("this kvpress keeps the cache in positional order "
+                          "(docs/findings/kvpress-decoding-order-lost.md)")
+        self.assertIn("answer token", str(caught))
+
+    def test_finding_decoding_quantized_residual(self):
+        # DecodingPress on a QuantizedCache compresses the quantized
+        # context alone: the question and the answer so far are dropped.
+        caught = self.replay("decoding-quantized-residual.kvtrace.json",
+                             ["--press", "decoding", "--sink", "2", "--interval", "2", "--target", "8",
+                              "--max-tokens", "5", "--cache", "quantized", "--tolerance", "0.02"])
+        if caught is None:
+            self.skipTest("this kvpress compresses a quantized layer's residual tokens too "
+                          "(docs/findings/kvpress-decoding-quantized-residual.md)")
+        self.assertIn("answer token", str(caught))
 
 
 if __name__ == "__main__":
