@@ -42,6 +42,7 @@ rows=(
     "prefill-decoding|--press prefill-decoding --ratio 0.5 --sink 2 --interval 2 --target 8 --max-tokens 4"
     "ratio-decoding|--press ratio-decoding --ratio 0.25 --sink 2 --interval 2 --max-tokens 6"
     "decoding-quantized|--press decoding --sink 2 --interval 2 --target 8 --max-tokens 5 --cache quantized --tolerance 0.02"
+    "decoding-quantized-even|--press decoding --sink 2 --interval 2 --target 8 --max-tokens 4 --cache quantized --tolerance 0.02"
 )
 
 for row in "${rows[@]}"; do

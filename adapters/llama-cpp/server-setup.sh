@@ -10,14 +10,21 @@
 #                       venv's llama-server runs it.
 #   LLAMA_SERVER_PATCH=fix.diff
 #                       llama-server compiled here (CMake and Ninja from
-#                       the package registry, CPU only) from the llama.cpp
-#                       that the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION
-#                       sdist vendors, with the diff applied (paths as in
+#                       the package registry, CPU only) from a llama.cpp
+#                       source tree, with the diff applied (paths as in
 #                       the llama.cpp repository, a/src/llama-kv-cache.cpp);
 #                       LLAMA_SERVER_PATCH=none compiles it unpatched. The
-#                       build tree is kept, so another patch recompiles
-#                       only what it changes (about 16 minutes on two cores
-#                       the first time).
+#                       tree comes from LLAMA_CPP_FROM:
+#                         xllamacpp (default): the llama.cpp that the
+#                           xllamacpp $XLLAMACPP_VERSION sdist vendors
+#                           (thirdparty/llama.cpp, the newest on the
+#                           package registry: 0.6.0-dev, build 11549);
+#                         llama-cpp-python: the llama.cpp that the
+#                           llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist
+#                           vendors (0.5.0-dev, 0c1e57098).
+#                       Each source keeps its build tree, so another patch
+#                       recompiles only what it changes (about 16 minutes
+#                       on two cores the first time).
 #   otherwise           Debian's llama.cpp-tools package of $DEBIAN_SUITE
 #                       (default unstable, the newest upstream release
 #                       Debian ships) with the runtime libraries it needs
@@ -34,6 +41,9 @@
 # Environment:
 #   LLAMA_SERVER   a llama-server binary to use (optional)
 #   LLAMA_SERVER_PATCH  a diff for the vendored llama.cpp, or none (optional)
+#   LLAMA_CPP_FROM xllamacpp or llama-cpp-python: the sdist whose llama.cpp
+#                  a patched build compiles (default xllamacpp)
+#   XLLAMACPP_VERSION  the xllamacpp sdist (default 2026.10.11549)
 #   LLAMA_CPP_PYTHON_VERSION  the sdist that vendors it (default 0.3.36)
 #   BUILD_JOBS     parallel compile jobs (default 2)
 #   DEBIAN_SUITE   the Debian suite to take llama.cpp-tools from (default unstable)
@@ -50,6 +60,17 @@ venv="${VENV:-$here/.venv-server}"
 server="${LLAMA_SERVER:-}"
 patch_file="${LLAMA_SERVER_PATCH:-}"
 sdist_version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+source_from="${LLAMA_CPP_FROM:-xllamacpp}"
+case "$source_from" in
+    # The sdist, its version, and where it keeps llama.cpp.
+    xllamacpp) sdist_version="${XLLAMACPP_VERSION:-2026.10.11549}" vendored=thirdparty/llama.cpp ;;
+    llama-cpp-python) vendored=vendor/llama.cpp ;;
+    *)
+        echo "setup: LLAMA_CPP_FROM=$source_from: expected xllamacpp or llama-cpp-python" >&2
+        exit 2
+        ;;
+esac
+source_name="$source_from $sdist_version's llama.cpp"
 jobs="${BUILD_JOBS:-2}"
 
 # shellcheck source=../setup-kit.sh
@@ -71,7 +92,7 @@ elif [ -n "$patch_file" ]; then
     else
         kit_patch
     fi
-    want="server: built from llama-cpp-python $sdist_version's llama.cpp$patch_tag"
+    want="server: built from $source_name$patch_tag"
 else
     want="server: debian $suite llama.cpp-tools"
 fi
@@ -93,22 +114,24 @@ elif [[ "$want" == "server: built from"* ]]; then
     echo "setup: installing cmake and ninja"
     "$vpy" -m pip install --quiet cmake ninja
     build="$venv/llama-server-build"
+    [ "$source_from" = llama-cpp-python ] || build="$venv/llama-server-build-$source_from"
     mkdir -p "$build"
-    sdist="$build/llama_cpp_python-$sdist_version.tar.gz"
-    if [ ! -f "$sdist" ]; then
-        echo "setup: downloading the llama-cpp-python $sdist_version sdist"
-        "$vpy" -m pip download --quiet --no-deps --no-binary llama-cpp-python \
-            "llama-cpp-python==$sdist_version" -d "$build"
-    fi
     wanted="$build/wanted"
     rm -rf "$wanted"
     mkdir -p "$wanted"
-    tar -xzf "$sdist" -C "$wanted" "llama_cpp_python-$sdist_version/vendor/llama.cpp"
-    next="$wanted/llama_cpp_python-$sdist_version/vendor/llama.cpp"
+    dist="${source_from//-/_}-$sdist_version"
+    sdist="$build/$dist.tar.gz"
+    if [ ! -f "$sdist" ]; then
+        echo "setup: downloading the $source_from $sdist_version sdist"
+        "$vpy" -m pip download --quiet --no-deps --no-binary "$source_from" \
+            "$source_from==$sdist_version" -d "$build"
+    fi
+    tar -xzf "$sdist" -C "$wanted" "$dist/$vendored"
+    next="$wanted/$dist/$vendored"
     # A submodule's pointer to a git directory the sdist does not hold.
     rm -f "$next/.git"
     if [ -n "$patch_file" ]; then
-        kit_apply "$next" 1 "the vendored llama.cpp"
+        kit_apply "$next" 1 "the llama.cpp source"
     fi
     kit_sync "$next" "$build/llama.cpp"
     rm -rf "$wanted"
