@@ -185,6 +185,29 @@ fn evict_under_a_pin_on_every_dense_cache() {
     assert_eq!(last.visible.as_deref(), Some(&[0, 5, 6, 8, 9][..]));
 }
 
+/// docs/contract.md §3 write: a probe (`len` 0) that names a head range
+/// writes nothing and answers the view, on every cache; a cache that
+/// merged the untouched heads for it would have no rows to merge.
+#[test]
+fn a_probe_of_a_head_range_writes_nothing_on_every_cache() {
+    let config = Config {
+        heads: 2,
+        head_dim: 2,
+        ..Config::dense(6)
+    };
+    let probe = |start| {
+        Op::Write(Write {
+            heads: Some([1, 1]),
+            ..Write::new(start, 0)
+        })
+    };
+    let ops = [probe(0), w(0, 4), probe(4), w(4, 4), probe(8)];
+    let outcomes = run_all(&config, &ops);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        assert!(outcome.error_kind().is_none(), "op {i}: {outcomes:?}");
+    }
+}
+
 /// docs/contract.md §3 write step 4 before step 6: on the packed caches a
 /// rewrite of a chunk with an evicted position is `unsupported`; the dense
 /// caches, which have no step 4, say `evicted`.
