@@ -15,7 +15,10 @@ use kvcheck::settings::SettingError;
 use kvcheck::subject::{SubjectFailure, Unsupported};
 use kvcheck::CacheError;
 
-use super::{EXIT_INPUT, EXIT_MISMATCH};
+/// Exit status for a mismatch or divergence.
+pub const EXIT_MISMATCH: u8 = 1;
+/// Exit status for unreadable input or bad arguments.
+pub const EXIT_INPUT: u8 = 2;
 
 /// Why fuzzer bytes do not decode (`from-fuzz`); nothing can fail to
 /// decode without the fuzz cases of feature `arbitrary`.

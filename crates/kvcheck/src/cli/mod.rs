@@ -25,11 +25,6 @@ use kvcheck::settings::Settings;
 
 pub use error::{CliError, UnknownVariant};
 
-/// Exit status for a mismatch or divergence.
-pub const EXIT_MISMATCH: u8 = 1;
-/// Exit status for unreadable input or bad arguments.
-pub const EXIT_INPUT: u8 = 2;
-
 #[derive(Parser, Debug)]
 #[command(
     name = "kvcheck",

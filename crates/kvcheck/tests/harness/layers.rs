@@ -562,7 +562,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     ],
     &["engine/relation/explain.rs", "engine/relation/mod.rs"],
     &["engine/strategy/mod.rs", "engine/strategy/profile.rs"],
-    &["cli/error.rs", "cli/mod.rs"],
 ];
 
 /// The import graph of `src/` (every `use` and inline path of the crate,
