@@ -26,7 +26,9 @@ def rows(out):
             report = json.load(f)
         profiles = report["profiles"]
         found = "; ".join(
-            "%s × %d (%s)" % (f["signature"]["shape"], f["count"], f["minimized_ops"])
+            # A finding whose rerun did not diverge again is not minimized.
+            "%s × %d (%s)" % (f["signature"]["shape"], f["count"],
+                              "not minimized" if f["minimized_ops"] is None else f["minimized_ops"])
             for f in report.get("findings", [])
         )
         drawn = sum(p["domain"]["drawn"] for p in profiles)
