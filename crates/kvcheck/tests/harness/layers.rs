@@ -109,35 +109,28 @@ fn only_settings_and_the_cli_read_the_environment() {
     );
 }
 
-/// The last segment of every item of every `pub use` statement of `text`
-/// (statements may span lines; comments are skipped).
-fn re_exported(text: &str) -> Vec<String> {
+/// Every item of every `pub use` statement of `text` (statements may span
+/// lines; comments are skipped): its path as written and the name it binds.
+fn pub_uses(text: &str) -> Vec<(Vec<String>, String)> {
     let code: String = text
         .lines()
         .map(|l| l.split("//").next().unwrap_or_default())
         .collect::<Vec<_>>()
         .join(" ");
-    let mut names = Vec::new();
-    for statement in code.split(';') {
-        let statement = statement.trim();
-        let Some(path) = statement
-            .strip_prefix("pub use ")
-            .or_else(|| statement.strip_prefix("pub(crate) use "))
-        else {
-            continue;
-        };
-        let items = match path.split_once('{') {
-            Some((_, items)) => items.trim_end_matches('}').to_string(),
-            None => path.to_string(),
-        };
-        for item in items.split(',') {
-            let item = item.split(" as ").last().unwrap_or_default().trim();
-            if let Some(last) = item.rsplit("::").next().filter(|n| !n.is_empty()) {
-                names.push(last.to_string());
-            }
-        }
-    }
-    names
+    code.split(';')
+        .filter_map(|statement| {
+            let statement = statement.trim();
+            statement
+                .strip_prefix("pub use ")
+                .or_else(|| statement.strip_prefix("pub(crate) use "))
+        })
+        .flat_map(expand)
+        .collect()
+}
+
+/// The name every item of every `pub use` statement of `text` binds.
+fn re_exported(text: &str) -> Vec<String> {
+    pub_uses(text).into_iter().map(|(_, name)| name).collect()
 }
 
 #[test]
@@ -411,21 +404,12 @@ impl Crate {
         };
         if depth < 8 {
             let (_, module, code) = &self.files[file];
-            for statement in code.split(';') {
-                let statement = statement.trim();
-                let Some(tree) = statement
-                    .strip_prefix("pub use ")
-                    .or_else(|| statement.strip_prefix("pub(crate) use "))
-                else {
-                    continue;
-                };
-                for (source, name) in expand(tree) {
-                    if &name == next {
-                        let mut target = self.absolute(module, &source);
-                        target.extend(path[at + 1..].iter().cloned());
-                        if let Some(found) = self.resolve(&target, depth + 1) {
-                            return Some(found);
-                        }
+            for (source, name) in pub_uses(code) {
+                if &name == next {
+                    let mut target = self.absolute(module, &source);
+                    target.extend(path[at + 1..].iter().cloned());
+                    if let Some(found) = self.resolve(&target, depth + 1) {
+                        return Some(found);
                     }
                 }
             }
