@@ -47,6 +47,8 @@ rows=(
     "shift-reuse|--model llama --layers 1 --max-tokens 200 -- -c 256 -np 1 --context-shift --keep 4 --cache-reuse 2"
     "swa|--model gemma2"
     "swa-full|--model gemma2 -- --swa-full"
+    "swa-full-roundtrip|--model gemma2 --roundtrip -- --swa-full"
+    "swa-full-interleaved|--model gemma2 --interleave -- --swa-full"
     "swa-tokens4|--model gemma2 --max-tokens 4 -- -np 1"
     "swa-checkpoint1|--model gemma2 --max-tokens 3 -- -np 1 --ctx-checkpoints 1"
     "swa-roundtrip|--model gemma2 --roundtrip"
