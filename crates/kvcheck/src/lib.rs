@@ -45,6 +45,7 @@
 //! ```
 
 pub mod check;
+pub mod codec;
 pub mod engine;
 pub mod report;
 pub mod settings;

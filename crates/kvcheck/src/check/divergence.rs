@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use kvmodel::quant::cold_round_trip;
 use kvmodel::{format_ranges, Config, Op, Outcome, Quant, Variant};
 
-use crate::check::payload::{row, Kv, RowId};
+use crate::check::payload::{row, RowId};
 use crate::check::relation::Relation;
 use crate::check::reproduce::ReplayProgram;
 use crate::check::trace::{OracleKind, OracleTag, Trace, TraceError, EXTENSION};
+use crate::codec::Kv;
 use crate::subject::SubjectFailure;
 
 /// What disagreed.

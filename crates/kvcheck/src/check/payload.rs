@@ -8,19 +8,11 @@
 //! the dtype's mantissa bits: exactly representable in the dtype, finite,
 //! never zero (zero is what never-written heads read as).
 
+use crate::codec::{to_dtype_tensor, Kv};
 use candle_core::{Device, Tensor};
 use half::{bf16, f16};
 use kvmodel::quant::cold_round_trip;
 use kvmodel::{Config, Dtype, Model, Quant};
-
-/// Which of the two tensors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kv {
-    /// Keys.
-    K,
-    /// Values.
-    V,
-}
 
 /// Where one row of `D` values was written: the key of a payload row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,7 +136,7 @@ pub fn row(config: &Config, kv: Kv, id: RowId) -> Vec<f32> {
 }
 
 /// The rows a write's payload carries, `(start, len, heads)`: the
-/// request's own shape ([`crate::check::lockstep::payload_heads`], a
+/// request's own shape ([`crate::codec::payload_heads`], a
 /// negative start naming rows from 0) when it holds at most `limit`
 /// elements and heads, else none at all (`(0, 0, every head)`): a request
 /// that large must be refused before its payload is looked at. Every
@@ -154,7 +146,7 @@ pub fn payload_rows(
     w: &kvmodel::Write,
     limit: usize,
 ) -> (u64, usize, std::ops::Range<usize>) {
-    let heads = crate::check::lockstep::payload_heads(w, config.heads);
+    let heads = crate::codec::payload_heads(w, config.heads);
     let len = usize::try_from(w.len).unwrap_or(0);
     let elements = config
         .batch
@@ -269,37 +261,6 @@ fn pair_tensors<T: candle_core::WithDType>(
         Tensor::from_vec(k, &shape, device)?,
         Tensor::from_vec(v, &shape, device)?,
     ))
-}
-
-/// A tensor of the dtype from f32 values that the dtype represents exactly.
-pub fn to_dtype_tensor(
-    data: Vec<f32>,
-    shape: [usize; 4],
-    dtype: Dtype,
-    device: &Device,
-) -> candle_core::Result<Tensor> {
-    match dtype {
-        Dtype::F32 => Tensor::from_vec(data, &shape, device),
-        Dtype::F16 => Tensor::from_vec(
-            data.into_iter().map(f16::from_f32).collect::<Vec<_>>(),
-            &shape,
-            device,
-        ),
-        Dtype::Bf16 => Tensor::from_vec(
-            data.into_iter().map(bf16::from_f32).collect::<Vec<_>>(),
-            &shape,
-            device,
-        ),
-    }
-}
-
-/// A view tensor's elements as f32 (exact for every dtype), in row-major
-/// `[B, len, heads, D]` order.
-pub fn tensor_values(tensor: &Tensor) -> candle_core::Result<Vec<f32>> {
-    tensor
-        .to_dtype(candle_core::DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()
 }
 
 /// The values a view of `positions` reporting `heads` must hold, row-major

@@ -12,7 +12,7 @@ use kvcache::{Layout, SegmentedView, Segments, Slot, View};
 use kvmodel::Config;
 
 use crate::check::divergence::DivergenceKind;
-use crate::check::payload::Kv;
+use crate::codec::Kv;
 
 /// A segment's claim that view rows `[row, row + len)` of `kv` are slots
 /// `[slot, slot + len)` of the cache's buffers.

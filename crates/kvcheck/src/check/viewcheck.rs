@@ -24,7 +24,8 @@ use kvmodel::quant::cold_round_trip;
 use kvmodel::{Model, Op, Quant, Variant};
 
 use crate::check::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
-use crate::check::payload::{bits_value, dtype_bits, row_bits, Kv, RowId};
+use crate::check::payload::{bits_value, dtype_bits, row_bits, RowId};
+use crate::codec::Kv;
 
 /// What a failed comparison reports: kind, the actual side in words and
 /// the first wrong rows.
@@ -348,7 +349,8 @@ mod tests {
     use kvmodel::{Config, Dtype};
 
     use super::*;
-    use crate::check::payload::{tensor_values, to_dtype_tensor, write_tensors};
+    use crate::check::payload::write_tensors;
+    use crate::codec::{tensor_values, to_dtype_tensor};
 
     /// A model after `write 0+5` on a `[2, 8, 3, 4]` dense config.
     fn model(dtype: Dtype) -> (Model, Vec<Op>) {

@@ -11,7 +11,7 @@ use kvmodel::quant::cold_round_trip;
 use kvmodel::{CacheError, Config, Model, Quant, Trim, Variant, Write};
 
 use super::Fault;
-use crate::check::payload::{tensor_values, to_dtype_tensor, Kv};
+use crate::codec::{tensor_values, to_dtype_tensor, Kv};
 
 /// A naive cache: the model decides what is resident, a map holds each
 /// row's values. See the module docs.

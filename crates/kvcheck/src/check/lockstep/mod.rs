@@ -23,8 +23,9 @@
 
 use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::{describe_outcome, Divergence, DivergenceKind};
-use crate::check::payload::{payload_rows, write_tensor, write_tensors, Kv};
+use crate::check::payload::{payload_rows, write_tensor, write_tensors};
 use crate::check::trace::Trace;
+use crate::codec::Kv;
 use crate::subject::{open_cache, Capabilities, Domain, Latest, SubjectSpec, Unsupported};
 use candle_core::Device;
 use kvcache::KvCache;
@@ -36,8 +37,8 @@ mod view;
 
 use cut::state_before;
 pub use cut::Cut;
+pub use view::ValueCheck;
 use view::*;
-pub use view::{payload_heads, valid_heads};
 
 /// Elements of a payload the driver builds for a write the model refuses;
 /// above it the cache gets an empty payload (it must refuse before looking).
@@ -64,28 +65,6 @@ pub enum SetupError {
         /// The subject's reason.
         reason: String,
     },
-}
-
-/// How the driver compares a view's values with what the model's writers
-/// imply. Both compare every element of every view bit for bit (as f32,
-/// which every dtype widens to exactly), check the same segment shapes and
-/// aliasing claims first and report the same divergences, rows included.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ValueCheck {
-    /// Each segment read in place from the storage the cache handed out,
-    /// row by row against expected rows built K and V together
-    /// ([`crate::check::payload::row_bits`]); nothing copied or converted to a
-    /// tensor. Payloads are built the same way.
-    #[default]
-    InPlace,
-    /// The consumer's route: the segments concatenated with
-    /// [`kvcache::Segments::to_contiguous_into`] into fresh tensors,
-    /// converted to f32 vectors and compared with payload rows computed
-    /// one element at a time ([`crate::check::payload::element`], the payload's
-    /// definition). Several times slower; kept as the independent second
-    /// implementation that [`ValueCheck::InPlace`] is tested against and
-    /// as the baseline of the `fuzz_exec` benchmark.
-    Materialized,
 }
 
 /// The model and one cache, driven in lockstep.

@@ -2,39 +2,35 @@
 //! shapes and storage, aliasing claims, and values bit for bit.
 
 use crate::check::divergence::{decode_row, DivergenceKind, RowMismatch, RowSource};
-use crate::check::lockstep::ValueCheck;
-use crate::check::payload::{expected_view, tensor_values, Kv};
+use crate::check::payload::expected_view;
 use crate::check::segments::{check_segments, materialize, Claim};
 use crate::check::viewcheck::{compare_values, REPORTED_ROWS};
+use crate::codec::{tensor_values, Kv};
 use candle_core::Device;
 use kvcache::{SegmentedView, View};
-use kvmodel::{Effect, Model, Op, Write};
+use kvmodel::{Effect, Model, Op};
 use std::ops::Range;
 
-/// The head range of a write, when its arguments are valid.
-pub fn valid_heads(w: &Write, heads: usize) -> Option<Range<usize>> {
-    w.check_arguments(heads).ok().map(|checked| checked.heads)
-}
-
-/// The heads a write's payload carries: its valid range; else, for a range
-/// `[h0, hc]` the contract refuses, `hc` heads whenever `hc >= 0` (what a
-/// caller of a real library passes, so a foreign cache sees the request a
-/// caller would make), named from `h0` (or 0 when `h0 < 0`); else all heads.
-pub fn payload_heads(w: &Write, heads: usize) -> Range<usize> {
-    if let Some(range) = valid_heads(w, heads) {
-        return range;
-    }
-    match w.heads {
-        Some([first, count]) if count >= 0 => {
-            let count = usize::try_from(count).unwrap_or(usize::MAX);
-            let first = usize::try_from(first).unwrap_or(0);
-            match first.checked_add(count) {
-                Some(end) => first..end,
-                None => 0..count,
-            }
-        }
-        _ => 0..heads,
-    }
+/// How the driver compares a view's values with what the model's writers
+/// imply. Both compare every element of every view bit for bit (as f32,
+/// which every dtype widens to exactly), check the same segment shapes and
+/// aliasing claims first and report the same divergences, rows included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ValueCheck {
+    /// Each segment read in place from the storage the cache handed out,
+    /// row by row against expected rows built K and V together
+    /// ([`crate::check::payload::row_bits`]); nothing copied or converted to a
+    /// tensor. Payloads are built the same way.
+    #[default]
+    InPlace,
+    /// The consumer's route: the segments concatenated with
+    /// [`kvcache::Segments::to_contiguous_into`] into fresh tensors,
+    /// converted to f32 vectors and compared with payload rows computed
+    /// one element at a time ([`crate::check::payload::element`], the payload's
+    /// definition). Several times slower; kept as the independent second
+    /// implementation that [`ValueCheck::InPlace`] is tested against and
+    /// as the baseline of the `fuzz_exec` benchmark.
+    Materialized,
 }
 
 pub(super) type ViewFailure = (DivergenceKind, String, Vec<RowMismatch>);

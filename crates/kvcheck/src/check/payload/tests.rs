@@ -1,4 +1,5 @@
 use super::*;
+use crate::codec::tensor_values;
 
 #[test]
 fn elements_are_exact_in_their_dtype_and_nonzero() {

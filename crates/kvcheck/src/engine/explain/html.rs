@@ -11,7 +11,7 @@ use kvmodel::format_ranges;
 
 use super::{layout_line, ring_line, Cell, CellState, StepView, Walk};
 use crate::check::divergence::{describe_outcome, Divergence};
-use crate::check::payload::Kv;
+use crate::codec::Kv;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
