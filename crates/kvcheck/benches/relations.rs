@@ -77,7 +77,7 @@ fn main() {
     let settings = Settings::from_env().unwrap_or_else(|e| panic!("{e}"));
     let oracles = [
         Oracle::model(),
-        settings.configure_oracle(&Oracle::relations(None)),
+        Oracle::relations(None).with_settings(&settings),
     ];
     let mut spent = [Duration::ZERO; 2];
     let mut work: [Work; 2] = Default::default();

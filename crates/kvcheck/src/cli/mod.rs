@@ -206,7 +206,7 @@ impl SubjectArgs {
     /// response timeout, the kinds mode and the relation instances.
     pub fn resolve(&mut self, settings: &Settings) -> Result<(), CliError> {
         if self.oracle.is_none() {
-            self.oracle = settings.chosen_oracle()?;
+            self.oracle = kvcheck::engine::oracle::Oracle::configured(settings)?;
         }
         self.settings = settings.clone();
         Ok(())
@@ -261,12 +261,11 @@ impl SubjectArgs {
             // The oracle a trace names runs with the settings (its subject's
             // timeout and kinds come from the environment, not from the
             // options, which are the checked subject's).
-            None => self
-                .settings
-                .configure_oracle(&kvcheck::engine::oracle::Oracle::for_trace(
-                    &kvcheck::engine::oracle::Oracle::model(),
-                    trace.oracle.as_ref(),
-                )?),
+            None => kvcheck::engine::oracle::Oracle::for_trace(
+                &kvcheck::engine::oracle::Oracle::model(),
+                trace.oracle.as_ref(),
+            )?
+            .with_settings(&self.settings),
         };
         if self.oracle.is_some() {
             trace.oracle = oracle.tag();

@@ -34,10 +34,11 @@ use crate::check::coverage::Coverage;
 use crate::check::trace::{Trace, TraceError};
 use crate::engine::explore::Explorer;
 use crate::engine::machine::{SettingsError, SuiteError, SuiteSettings, SUITES};
-use crate::engine::minimize::{minimize_with, MinimizeError, Minimized, DEFAULT_MAX_TESTS};
+use crate::engine::minimize::{minimize_with, MinimizeError, Minimized};
 use crate::engine::oracle::Oracle;
 use crate::engine::relation::OracleError;
 use crate::engine::strategy::{profile_support, PROFILES};
+use crate::settings::DEFAULT_MAX_TESTS;
 use crate::subject::{Capabilities, Factory, SubjectFailure, SubjectSpec};
 
 impl From<Factory> for SubjectSpec {

@@ -21,8 +21,6 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::engine::oracle::Oracle;
-use crate::engine::relation::OracleEnvError;
 use crate::subject::{SubjectEnvError, SubjectSpec};
 
 /// How a knob's value is read.
@@ -169,7 +167,7 @@ pub struct Settings {
     /// ([`crate::subject::register`]) parses once it is registered.
     pub subject: Option<String>,
     /// What a subject is checked against, as text in any `--oracle` form;
-    /// [`Settings::chosen_oracle`] parses it.
+    /// `Oracle::configured` (in `engine::oracle`) parses it.
     ///
     /// `KVCHECK_ORACLE`, default `None`: the model (or, for a command that
     /// reads a trace, the oracle the trace names).
@@ -182,12 +180,12 @@ pub struct Settings {
     /// Lockstep runs a minimization may spend (`--max-tests`).
     ///
     /// `KVCHECK_MAX_TESTS`, default 2000
-    /// ([`DEFAULT_MAX_TESTS`](crate::engine::minimize::DEFAULT_MAX_TESTS)).
+    /// ([`DEFAULT_MAX_TESTS`]).
     pub max_tests: usize,
     /// Ops per explored sequence (`explore --depth`).
     ///
     /// `KVCHECK_EXPLORE_DEPTH`, default 3
-    /// ([`DEFAULT_DEPTH`](crate::engine::explore::DEFAULT_DEPTH)).
+    /// ([`DEFAULT_DEPTH`]).
     pub explore_depth: usize,
     /// Time an `exec:` subject has per response (`--subject-timeout`).
     ///
@@ -209,13 +207,33 @@ pub struct Settings {
     /// Instances of each relation checked per trace (`--oracle self`).
     ///
     /// `KVCHECK_RELATION_INSTANCES`, default 2
-    /// ([`DEFAULT_INSTANCES`](crate::engine::relation::DEFAULT_INSTANCES)).
+    /// ([`DEFAULT_INSTANCES`]).
     pub relation_instances: usize,
     /// Where the property suites save the traces of their failures.
     ///
     /// `$CARGO_TARGET_DIR/kvcheck-failures` (cargo's variable, not a knob),
     /// default `target/kvcheck-failures`.
     pub failures_dir: PathBuf,
+}
+
+/// [`Settings::max_tests`] when `KVCHECK_MAX_TESTS` is unset: the lockstep
+/// runs a minimization may spend (`--max-tests`).
+pub const DEFAULT_MAX_TESTS: usize = 2000;
+
+/// [`Settings::explore_depth`] when `KVCHECK_EXPLORE_DEPTH` is unset, and
+/// an explorer's depth until it is given another.
+pub const DEFAULT_DEPTH: usize = 3;
+
+/// [`Settings::relation_instances`] when `KVCHECK_RELATION_INSTANCES` is
+/// unset, and an oracle's instances per relation and trace until it is
+/// given another count: the first and the last candidate.
+pub const DEFAULT_INSTANCES: usize = 2;
+
+/// The cores available to this process (at least 1): the workers of a
+/// campaign unless `--jobs` or `KVCHECK_JOBS` says otherwise
+/// ([`Settings::workers`]).
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// [`Settings::cases`] when `KVCHECK_CASES` is unset.
@@ -234,12 +252,12 @@ impl Default for Settings {
             subject: None,
             oracle: None,
             jobs: None,
-            max_tests: crate::engine::minimize::DEFAULT_MAX_TESTS,
-            explore_depth: crate::engine::explore::DEFAULT_DEPTH,
+            max_tests: DEFAULT_MAX_TESTS,
+            explore_depth: DEFAULT_DEPTH,
             subject_timeout: crate::subject::DEFAULT_TIMEOUT,
             exact_kinds: false,
             strict_domain: false,
-            relation_instances: crate::engine::relation::DEFAULT_INSTANCES,
+            relation_instances: DEFAULT_INSTANCES,
             failures_dir: failures_dir(None),
         }
     }
@@ -252,7 +270,8 @@ impl Settings {
     /// pass the result down. The first knob (in the order of [`KNOBS`])
     /// set to something it cannot hold is the error; the text knobs
     /// (`KVCHECK_SUBJECT`, `KVCHECK_ORACLE`) are checked when they are
-    /// parsed ([`Settings::suite_subject`], [`Settings::chosen_oracle`]).
+    /// parsed ([`Settings::suite_subject`], and `Oracle::configured` in
+    /// `engine::oracle`).
     pub fn from_env() -> Result<Settings, SettingError> {
         // A value that is not Unicode is taken as unset, as it always was.
         Settings::from_vars(|var| std::env::var(var).ok())
@@ -286,8 +305,7 @@ impl Settings {
     /// Worker threads: [`Settings::jobs`], else the cores available to
     /// this process.
     pub fn workers(&self) -> usize {
-        self.jobs
-            .unwrap_or_else(crate::engine::scale::available_cores)
+        self.jobs.unwrap_or_else(available_cores)
     }
 
     /// `subject` with the `exec:` options of these settings (response
@@ -296,15 +314,6 @@ impl Settings {
         subject
             .with_exec_options(Some(self.subject_timeout), self.exact_kinds)
             .with_strict_domain(self.strict_domain)
-    }
-
-    /// `oracle` with the options of these settings: the `exec:` options for
-    /// a subject it runs of its own, the relation instances for the
-    /// relations.
-    pub fn configure_oracle(&self, oracle: &Oracle) -> Oracle {
-        oracle
-            .with_exec_options(Some(self.subject_timeout), self.exact_kinds)
-            .with_relation_instances(self.relation_instances)
     }
 
     /// The subject of the property suites: [`Settings::subject`] parsed
@@ -317,18 +326,6 @@ impl Settings {
             Some(text) => SubjectSpec::parse(text).map_err(|source| SubjectEnvError { source })?,
         };
         Ok(self.configure_subject(subject))
-    }
-
-    /// The oracle [`Settings::oracle`] chooses (any form [`Oracle::parse`]
-    /// takes), configured ([`Settings::configure_oracle`]); `None` when it
-    /// chooses none. Text that does not parse is an error naming
-    /// `KVCHECK_ORACLE`.
-    pub fn chosen_oracle(&self) -> Result<Option<Oracle>, OracleEnvError> {
-        let Some(text) = &self.oracle else {
-            return Ok(None);
-        };
-        let oracle = Oracle::parse(text).map_err(|source| OracleEnvError { source })?;
-        Ok(Some(self.configure_oracle(&oracle)))
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::engine::oracle::Oracle;
 
 fn some(text: &str) -> Option<String> {
     Some(text.to_string())
@@ -33,7 +34,7 @@ fn the_table_says_the_defaults_settings_hold() {
     assert_eq!(said("KVCHECK_SUBJECT"), "cache");
     assert_eq!(d.suite_subject().unwrap(), SubjectSpec::Cache);
     assert_eq!(said("KVCHECK_ORACLE"), "model");
-    assert_eq!(d.chosen_oracle().unwrap(), None);
+    assert_eq!(Oracle::configured(&d).unwrap(), None);
     assert_eq!(d.jobs, None);
     assert_eq!(said("KVCHECK_MAX_TESTS"), d.max_tests.to_string());
     assert_eq!(said("KVCHECK_EXPLORE_DEPTH"), d.explore_depth.to_string());
@@ -104,7 +105,7 @@ fn from_vars_reads_every_knob_and_names_a_bad_one() {
     );
     assert_eq!(s.workers(), 3);
     assert_eq!(s.suite_subject().unwrap(), SubjectSpec::Reference);
-    let oracle = s.chosen_oracle().unwrap().expect("an oracle");
+    let oracle = Oracle::configured(&s).unwrap().expect("an oracle");
     assert_eq!(oracle.to_string(), "self");
     assert_eq!(oracle.relation_instances(), Some(4));
     for knob in KNOBS.iter().filter(|k| k.kind != Kind::Text) {
@@ -125,7 +126,7 @@ fn from_vars_reads_every_knob_and_names_a_bad_one() {
         oracle: Some("self:M99".into()),
         ..Settings::default()
     };
-    let err = bad_oracle.chosen_oracle().unwrap_err().to_string();
+    let err = Oracle::configured(&bad_oracle).unwrap_err().to_string();
     assert!(err.starts_with("KVCHECK_ORACLE: "), "{err}");
 }
 

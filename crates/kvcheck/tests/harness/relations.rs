@@ -3,8 +3,9 @@
 //! each of them catches.
 
 use kvcheck::engine::machine::CASE_DRAWS;
-use kvcheck::engine::relation::{check, domain, Relation, Work, DEFAULT_INSTANCES};
+use kvcheck::engine::relation::{check, domain, Relation, Work};
 use kvcheck::engine::strategy::PROFILES;
+use kvcheck::settings::DEFAULT_INSTANCES;
 use kvcheck::subject::SubjectSpec;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 

@@ -58,11 +58,6 @@ use crate::check::divergence::Divergence;
 use crate::engine::oracle::Oracle;
 use crate::subject::{Fault, SubjectSpec};
 
-/// Depth of an [`Explorer`] until [`Explorer::depth`] sets another (an
-/// entry point's settings may give one: `KVCHECK_EXPLORE_DEPTH`,
-/// [`Settings::explore_depth`](crate::settings::Settings::explore_depth)).
-pub const DEFAULT_DEPTH: usize = 3;
-
 /// A breadth-first explorer of one configuration and one subject.
 #[derive(Clone, Debug)]
 pub struct Explorer {
@@ -79,13 +74,13 @@ pub struct Explorer {
 }
 
 impl Explorer {
-    /// Explores `config` against `subject`, to [`DEFAULT_DEPTH`] with the
+    /// Explores `config` against `subject`, to [`DEFAULT_DEPTH`](crate::settings::DEFAULT_DEPTH) with the
     /// full alphabet, from the empty cache.
     pub fn new(config: &Config, subject: SubjectSpec) -> Explorer {
         Explorer {
             config: config.clone(),
             subject,
-            depth: DEFAULT_DEPTH,
+            depth: crate::settings::DEFAULT_DEPTH,
             alphabet: Alphabet::Full,
             prefix: Vec::new(),
             time_limit: None,

@@ -58,7 +58,7 @@ impl Default for SuiteSettings {
 impl SuiteSettings {
     /// The suite knobs of `settings`: its numbers as they are, its subject
     /// and oracle parsed and configured ([`Settings::suite_subject`],
-    /// [`Settings::chosen_oracle`]); text that does not parse is an error
+    /// [`Oracle::configured`](crate::engine::oracle::Oracle::configured)); text that does not parse is an error
     /// naming the variable.
     pub fn new(settings: &Settings) -> Result<SuiteSettings, SettingsError> {
         Ok(SuiteSettings {
@@ -66,7 +66,7 @@ impl SuiteSettings {
             max_ops: settings.max_ops,
             seed: settings.seed,
             subject: settings.suite_subject()?,
-            oracle: settings.chosen_oracle()?.unwrap_or_default(),
+            oracle: crate::engine::oracle::Oracle::configured(settings)?.unwrap_or_default(),
             max_tests: settings.max_tests,
             failures_dir: settings.failures_dir.clone(),
         })

@@ -42,11 +42,6 @@ mod reducer;
 
 use reducer::Reducer;
 
-/// Default test budget of [`minimize`] (`--max-tests`); an entry point's
-/// settings may give another (`KVCHECK_MAX_TESTS`,
-/// [`Settings::max_tests`](crate::settings::Settings::max_tests)).
-pub const DEFAULT_MAX_TESTS: usize = 2000;
-
 /// What "the same failure" means: the divergence kind and the op kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Signature {

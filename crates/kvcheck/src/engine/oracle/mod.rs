@@ -36,8 +36,9 @@ use crate::check::divergence::Divergence;
 use crate::check::trace::{OracleKind, OracleTag};
 use crate::engine::machine::{CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
 use crate::engine::minimize::minimize_with;
-use crate::engine::relation::{self, Finding, NotChecked, Relation, Work};
+use crate::engine::relation::{self, Finding, NotChecked, OracleEnvError, Relation, Work};
 use crate::engine::strategy::Profile;
+use crate::settings::Settings;
 use crate::subject::SubjectSpec;
 
 /// What judges a subject's runs. Engines know an oracle only through
@@ -176,7 +177,7 @@ impl Oracle {
     }
 
     /// The subject's own transformed runs and the invariants of one run:
-    /// every relation and invariant (`self`) or one (`self:M9`, `self:I2`), [`DEFAULT_INSTANCES`](relation::DEFAULT_INSTANCES) of
+    /// every relation and invariant (`self`) or one (`self:M9`, `self:I2`), [`DEFAULT_INSTANCES`](crate::settings::DEFAULT_INSTANCES) of
     /// each per trace ([`Oracle::with_relation_instances`] sets another
     /// count).
     pub fn relations(only: Option<Relation>) -> Oracle {
@@ -188,7 +189,7 @@ impl Oracle {
     pub fn self_checks(checks: relations::Checks) -> Oracle {
         Oracle::new(relations::RelationsJudge {
             checks,
-            instances: relation::DEFAULT_INSTANCES,
+            instances: crate::settings::DEFAULT_INSTANCES,
         })
     }
 
@@ -214,7 +215,7 @@ impl Oracle {
 
     /// The oracle a trace's `oracle` field names, with the default
     /// options (an entry point configures it, see
-    /// [`Settings::configure_oracle`](crate::settings::Settings::configure_oracle)).
+    /// [`Oracle::with_settings`]).
     pub fn of_tag(tag: &OracleTag) -> Result<Oracle, relation::OracleError> {
         match tag.kind {
             OracleKind::SelfCheck => Ok(Oracle::relations(tag.relation)),
@@ -278,6 +279,26 @@ impl Oracle {
         self.0
             .with_exec_options(timeout, exact_kinds)
             .unwrap_or_else(|| self.clone())
+    }
+
+    /// This oracle with the options of `settings`: the `exec:` options for
+    /// a subject it runs of its own (response timeout, exact kinds), the
+    /// relation instances for the relations.
+    pub fn with_settings(&self, settings: &Settings) -> Oracle {
+        self.with_exec_options(Some(settings.subject_timeout), settings.exact_kinds)
+            .with_relation_instances(settings.relation_instances)
+    }
+
+    /// The oracle [`Settings::oracle`] chooses (any form [`Oracle::parse`]
+    /// takes), with the settings' options ([`Oracle::with_settings`]);
+    /// `None` when it chooses none. Text that does not parse is an error
+    /// naming `KVCHECK_ORACLE`.
+    pub fn configured(settings: &Settings) -> Result<Option<Oracle>, OracleEnvError> {
+        let Some(text) = &settings.oracle else {
+            return Ok(None);
+        };
+        let oracle = Oracle::parse(text).map_err(|source| OracleEnvError { source })?;
+        Ok(Some(oracle.with_settings(settings)))
     }
 
     /// See [`Judge::with_relation_instances`].

@@ -44,12 +44,6 @@ pub use explain::render;
 use transform::{instances, Pair, Part};
 pub use work::{Judged, Work};
 
-/// Instances tried per relation and trace unless the oracle was given
-/// another count ([`Oracle::with_relation_instances`](crate::engine::oracle::Oracle::with_relation_instances),
-/// `KVCHECK_RELATION_INSTANCES` at the entry points): the first and the
-/// last candidate.
-pub const DEFAULT_INSTANCES: usize = 2;
-
 /// Why a trace could not be checked at all (not a divergence).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotChecked {

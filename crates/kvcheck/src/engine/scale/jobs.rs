@@ -1,12 +1,5 @@
 //! How many worker threads a campaign uses.
 
-/// The cores available to this process (at least 1): the workers of a
-/// campaign unless `--jobs` or `KVCHECK_JOBS` says otherwise
-/// ([`Settings::workers`](crate::settings::Settings::workers)).
-pub fn available_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// A `--jobs` value that is not a positive whole number.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("--jobs takes a positive number of workers, got {text:?}")]

@@ -8,4 +8,4 @@ pub mod jobs;
 
 pub use crate::report::shard::{Shard, ShardError};
 pub use campaign::{Campaign, CampaignError, CampaignOutcome, Found, ProfileTally};
-pub use jobs::{available_cores, case_seed, parse_jobs, InvalidJobs};
+pub use jobs::{case_seed, parse_jobs, InvalidJobs};
