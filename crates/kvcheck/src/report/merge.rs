@@ -117,3 +117,40 @@ pub(super) fn merge_power(a: &mut PowerReport, b: PowerReport) -> Result<(), Rep
     a.rows.extend(b.rows);
     Ok(())
 }
+
+impl Report {
+    /// Combines the reports of the shards of one campaign: same command,
+    /// same seed (run), depth (explore) or seed, budget, cache and engines
+    /// (power), same shard count, no shard twice. The result has the totals one unsharded run prints when
+    /// every shard is present.
+    pub fn merge(reports: Vec<Report>) -> Result<Report, ReportError> {
+        let mut reports = reports.into_iter();
+        let mut merged = reports.next().ok_or(ReportError::Empty)?;
+        for next in reports {
+            match (&mut merged, next) {
+                (Report::Run(a), Report::Run(b)) => merge_run(a, b)?,
+                (Report::Explore(a), Report::Explore(b)) => merge_explore(a, b)?,
+                (Report::Power(a), Report::Power(b)) => merge_power(a, b)?,
+                (a, b) => {
+                    return Err(ReportError::Mismatch(format!(
+                        "a {} report and a {} report",
+                        a.command(),
+                        b.command()
+                    )))
+                }
+            }
+        }
+        match &mut merged {
+            Report::Run(r) => r.shards.sort_by_key(|s| s.index),
+            Report::Explore(r) => {
+                r.shards.sort_by_key(|s| s.index);
+                r.configs.sort_by_key(|c| c.index);
+            }
+            Report::Power(r) => {
+                r.shards.sort_by_key(|s| s.index);
+                r.rows.sort_by_key(|row| row.index);
+            }
+        }
+        Ok(merged)
+    }
+}

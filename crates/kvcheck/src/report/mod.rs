@@ -25,9 +25,7 @@ pub mod shard;
 
 pub use divergence::DivergenceReport;
 pub use domain::{DomainTally, OUTSIDE_WARNING};
-pub use power::{PowerReport, PowerRow};
-
-use merge::*;
+pub use power::{Catch, PowerReport, PowerRow};
 
 /// The version tag of the report format.
 pub const REPORT_FORMAT: &str = "kvcheck-report/1";
@@ -353,41 +351,6 @@ impl Report {
         }
     }
 
-    /// Combines the reports of the shards of one campaign: same command,
-    /// same seed (run), depth (explore) or seed, budget, cache and engines
-    /// (power), same shard count, no shard twice. The result has the totals one unsharded run prints when
-    /// every shard is present.
-    pub fn merge(reports: Vec<Report>) -> Result<Report, ReportError> {
-        let mut reports = reports.into_iter();
-        let mut merged = reports.next().ok_or(ReportError::Empty)?;
-        for next in reports {
-            match (&mut merged, next) {
-                (Report::Run(a), Report::Run(b)) => merge_run(a, b)?,
-                (Report::Explore(a), Report::Explore(b)) => merge_explore(a, b)?,
-                (Report::Power(a), Report::Power(b)) => merge_power(a, b)?,
-                (a, b) => {
-                    return Err(ReportError::Mismatch(format!(
-                        "a {} report and a {} report",
-                        a.command(),
-                        b.command()
-                    )))
-                }
-            }
-        }
-        match &mut merged {
-            Report::Run(r) => r.shards.sort_by_key(|s| s.index),
-            Report::Explore(r) => {
-                r.shards.sort_by_key(|s| s.index);
-                r.configs.sort_by_key(|c| c.index);
-            }
-            Report::Power(r) => {
-                r.shards.sort_by_key(|s| s.index);
-                r.rows.sort_by_key(|row| row.index);
-            }
-        }
-        Ok(merged)
-    }
-
     /// The command that wrote the report: `run`, `explore` or `power`.
     pub fn command(&self) -> &'static str {
         match self {
@@ -396,20 +359,4 @@ impl Report {
             Report::Power(_) => "power",
         }
     }
-}
-
-/// What one engine did against one fault.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Catch {
-    /// Whether the engine found a divergence.
-    pub caught: bool,
-    /// Work until the first catch (or in all, when not caught), in the
-    /// engine's unit (`Engine::unit` of the power engine).
-    pub work: u64,
-    /// Seconds until the first catch (or spent, when not caught).
-    pub seconds: f64,
-    /// Ops of the minimized counterexample, when there is one.
-    pub minimized_ops: Option<usize>,
-    /// The divergence in one line, or why nothing was found.
-    pub note: String,
 }

@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::shard::Shard;
-use super::Catch;
 
 /// What `kvcheck power` measured: one row per fault (and the control row),
 /// one cell per engine.
@@ -87,4 +86,20 @@ impl PowerReport {
             })
             .collect()
     }
+}
+
+/// What one engine did against one fault.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Catch {
+    /// Whether the engine found a divergence.
+    pub caught: bool,
+    /// Work until the first catch (or in all, when not caught), in the
+    /// engine's unit (`Engine::unit` of the power engine).
+    pub work: u64,
+    /// Seconds until the first catch (or spent, when not caught).
+    pub seconds: f64,
+    /// Ops of the minimized counterexample, when there is one.
+    pub minimized_ops: Option<usize>,
+    /// The divergence in one line, or why nothing was found.
+    pub note: String,
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Finding, Side};
+use super::finding::{Finding, Side};
 use crate::check::divergence::describe_config;
 
 /// Width of one run's column.

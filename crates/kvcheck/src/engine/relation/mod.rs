@@ -25,6 +25,7 @@
 pub mod compare;
 pub mod domain;
 mod explain;
+mod finding;
 
 pub mod power;
 pub mod transform;
@@ -41,6 +42,7 @@ use crate::engine::invariant::first_violation;
 use crate::subject::{SubjectError, SubjectSpec, Unsupported};
 use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
+pub use finding::{Finding, Side};
 use transform::{instances, Pair, Part};
 pub use work::{Judged, Work};
 
@@ -87,32 +89,6 @@ pub enum OracleError {
 pub struct OracleEnvError {
     /// Why the value does not parse.
     pub source: OracleError,
-}
-
-/// One side of a comparison: a plan and what its run showed.
-#[derive(Clone, Debug)]
-pub struct Side {
-    /// `original run`, the transformation in words, or a subject's name.
-    pub title: String,
-    /// The plan run.
-    pub plan: Plan,
-    /// What it showed.
-    pub run: Transcript,
-}
-
-/// A relation or differential failure with both runs, for explanations.
-#[derive(Clone, Debug)]
-pub struct Finding {
-    /// The failure as every engine reports it.
-    pub divergence: Box<Divergence>,
-    /// The reference side: the original run, or the oracle subject's.
-    pub left: Side,
-    /// The side checked against it: the transformed run, or the subject's.
-    pub right: Side,
-    /// Corresponding steps.
-    pub pairs: Vec<Pair>,
-    /// The first pair that differs (none when a run ended in misbehaviour).
-    pub mismatch: Option<Mismatch>,
 }
 
 /// Runs `ops` on `subject`, judges the invariants among `relations` on

@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 use kvmodel::{Dtype, Trim, Variant};
 use serde::Deserialize;
+use std::time::Duration;
 
 /// The `hello` answer: the subject's name and capabilities.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,5 +196,48 @@ pub fn tensor_from_bytes(
                 .collect();
             Tensor::from_vec(values, &shape, device)
         }
+    }
+}
+
+/// The protocol version said in `hello`.
+pub const PROTOCOL: &str = "kvcheck-subject/1";
+
+/// The revision of [`PROTOCOL`] this harness speaks, sent in its `hello`.
+/// Revision 2 adds `reports` (capacity and resident bytes in responses) and
+/// `adapter` exceptions, revision 3 the `outside` answer and the `domain`
+/// capability, revision 4 the `trims` capability (the trim modes a subject
+/// opens); a subject written for an older revision ignores the field
+/// and keeps working.
+pub const REVISION: u64 = 4;
+
+/// Response timeout when neither `--subject-timeout` nor
+/// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The least time a new process has for its `hello` and its first `open`:
+/// starting an interpreter and importing a framework (an adapter may answer
+/// `hello` at once and import in the background until `open`) can take far
+/// longer than answering one op.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lines of the subject's stderr kept for reports.
+pub const STDERR_LINES: usize = 20;
+
+/// A `--subject-timeout` that is not a positive, finite number of seconds.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a positive number of seconds")]
+pub struct InvalidTimeout {
+    /// The text parsed.
+    pub text: String,
+}
+
+/// Parses a timeout in seconds (`10`, `0.5`); anything but a positive,
+/// finite number is an [`InvalidTimeout`] quoting the text.
+pub fn parse_timeout(text: &str) -> Result<Duration, InvalidTimeout> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(InvalidTimeout {
+            text: text.to_string(),
+        }),
     }
 }
