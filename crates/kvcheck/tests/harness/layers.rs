@@ -580,13 +580,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "engine/oracle/mod.rs",
         "engine/replay.rs",
     ],
-    &[
-        "engine/fuzzcase/check.rs",
-        "engine/fuzzcase/config.rs",
-        "engine/fuzzcase/mod.rs",
-        "engine/fuzzcase/ops.rs",
-        "engine/fuzzcase/target.rs",
-    ],
     &["subject/exec/cache.rs", "subject/exec/pool.rs"],
     &[
         "engine/relation/transform.rs",

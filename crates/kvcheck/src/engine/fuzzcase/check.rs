@@ -1,7 +1,18 @@
 //! The bodies of the fuzz targets: a decoded case through the lockstep
 //! driver, the model's invariants, and loaded traces.
 
-use super::*;
+use arbitrary::{Arbitrary, Unstructured};
+use candle_core::Device;
+use kvmodel::{Model, Op, Outcome, Variant};
+
+use crate::check::lockstep::{Lockstep, ValueCheck};
+use crate::check::trace::Trace;
+use crate::engine::replay::replay;
+use crate::subject::{Capabilities, SubjectSpec};
+
+use super::config::*;
+use super::limits::*;
+use super::ops::*;
 
 use crate::check::divergence::Divergence;
 use crate::check::lockstep::SetupError;

@@ -1,6 +1,9 @@
 //! The configuration bytes of a fuzz case, folded into a valid `Config`.
 
-use super::*;
+use arbitrary::Arbitrary;
+use kvmodel::{Config, Dtype, PackedPolicy, Quant, Trim, Variant};
+
+use super::limits::*;
 
 /// The configuration bytes: one per field, folded into a valid [`Config`]
 /// by [`FuzzConfig::to_config`].

@@ -18,42 +18,25 @@
 //! [`FuzzCase::to_bytes`] is the inverse used to turn the test vectors into
 //! a seed corpus.
 
-use arbitrary::{Arbitrary, Unstructured};
-use candle_core::Device;
-use kvmodel::{Config, Dtype, Model, Op, Outcome, PackedPolicy, Quant, Trim, Variant, Write};
-
-use crate::check::lockstep::{Lockstep, ValueCheck};
-use crate::check::trace::Trace;
-use crate::engine::replay::replay;
-use crate::subject::{Capabilities, Feature, OpKind, SubjectSpec};
-
-/// Ops decoded at most for the lockstep targets.
-pub const MAX_OPS: usize = 256;
-/// Ops decoded at most for `model_invariants` (the model alone is fast).
-pub const MAX_MODEL_OPS: usize = 4096;
-/// Largest capacity a fuzz case gets.
-pub const MAX_CAPACITY: usize = 64;
-/// Bytes per encoded op.
-pub const OP_BYTES: usize = 4;
-/// `trace_load` replays a loaded trace only when its buffers and payloads
-/// stay below this many elements (libFuzzer's rss limit is 2 GiB).
-pub const TRACE_LOAD_ELEMENTS: u64 = 1 << 16;
-/// `trace_load` replays at most this many ops.
-pub const TRACE_LOAD_OPS: usize = 1024;
-
 mod check;
 mod config;
+mod limits;
 mod ops;
 mod target;
 
 pub use check::*;
 pub use config::*;
+pub use limits::*;
 pub use ops::*;
 pub use target::*;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::lockstep::Lockstep;
+    use crate::subject::Capabilities;
+    use arbitrary::{Arbitrary, Unstructured};
+    use kvmodel::Variant;
 
     #[test]
     fn decoding_into_a_run_gives_the_decoded_case() {

@@ -1,7 +1,14 @@
 //! Op bytes decoded relative to the model's state, the case they make,
 //! and the inverse encoding that turns traces into seed corpora.
 
-use super::*;
+use arbitrary::{Arbitrary, Unstructured};
+use kvmodel::{Config, Model, Op, PackedPolicy, Quant, Variant, Write};
+
+use crate::check::trace::Trace;
+use crate::subject::{Capabilities, Feature, OpKind};
+
+use super::config::*;
+use super::limits::*;
 
 /// Op codes: the first byte of an op, modulo 16.
 pub(super) mod code {

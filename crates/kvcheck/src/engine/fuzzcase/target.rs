@@ -1,6 +1,14 @@
 //! The fuzz targets by name, and the zoo's cases for `kvcheck power`.
 
-use super::*;
+use kvmodel::Variant;
+
+use crate::check::lockstep::ValueCheck;
+use crate::check::trace::Trace;
+use crate::subject::SubjectSpec;
+
+use super::check::*;
+use super::limits::*;
+use super::ops::*;
 
 /// Why fuzzer bytes do not make a kvtrace file ([`Target::to_trace`]):
 /// only `trace_load` inputs can fail, the other targets decode any bytes.
