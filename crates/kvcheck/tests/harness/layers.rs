@@ -585,7 +585,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "engine/relation/transform.rs",
         "engine/relation/transform/build.rs",
     ],
-    &["engine/strategy/mod.rs", "engine/strategy/profile.rs"],
 ];
 
 /// The import graph of `src/` (every `use` and inline path of the crate,

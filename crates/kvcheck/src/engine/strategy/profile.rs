@@ -2,7 +2,15 @@
 //! draws from, each with the events it must reach, and which of them a
 //! subject's capabilities allow.
 
-use super::*;
+use std::sync::Arc;
+
+use kvmodel::{Config, Dtype, Op, PackedPolicy, Quant};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+use crate::subject::{Capabilities, Unsupported};
+
+use super::ops::*;
 
 /// A family of configurations a suite or campaign draws from, with the
 /// events it must reach.
