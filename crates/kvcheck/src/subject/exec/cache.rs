@@ -1,11 +1,11 @@
 //! [`ExecCache`]: one opened cache in a subject process, as a [`KvCache`].
 
+use super::process::ProcessHome;
 use crate::subject::capabilities::Capabilities;
 use crate::subject::exec::OkBody;
 use crate::subject::exec::Process;
 use crate::subject::tensor_bytes;
 use crate::subject::tensor_from_bytes;
-use crate::subject::ExecSubject;
 use crate::subject::SubjectFailure;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// One case's cache in a subject process (see the module docs). Dropping it
 /// returns a healthy process to its [`ExecSubject`] for the next case.
 pub struct ExecCache {
-    pub(super) subject: Arc<ExecSubject>,
+    pub(super) subject: Arc<dyn ProcessHome>,
     pub(super) process: RefCell<Option<Process>>,
     pub(super) config: Config,
     pub(super) device: Device,

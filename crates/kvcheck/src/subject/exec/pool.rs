@@ -1,6 +1,7 @@
 //! [`ExecSubject`]: the command, its settings, and the idle processes kept
 //! for the next case.
 
+use super::process::ProcessHome;
 use crate::subject::exec::Process;
 use crate::subject::ExecCache;
 use crate::subject::Hello;
@@ -163,7 +164,15 @@ impl ExecSubject {
             .unwrap_or_else(|e| e.into_inner())
             .push(process);
     }
+}
 
+impl ProcessHome for ExecSubject {
+    fn give_back(&self, process: Process) {
+        ExecSubject::give_back(self, process);
+    }
+}
+
+impl ExecSubject {
     /// The subject's `hello`, starting a process if none has said it yet.
     pub fn hello(&self) -> Result<Hello, SubjectFailure> {
         if let Some(hello) = self.hello.lock().unwrap_or_else(|e| e.into_inner()).clone() {
@@ -199,7 +208,7 @@ impl ExecSubject {
         match answer {
             Ok(body) => {
                 let cache = ExecCache {
-                    subject: Arc::clone(self),
+                    subject: Arc::clone(self) as Arc<dyn ProcessHome>,
                     process: RefCell::new(Some(process)),
                     config: config.clone(),
                     device: device.clone(),

@@ -21,6 +21,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Where an open cache returns its process when it is done with it (the
+/// subject that started it), so that a cache needs only this of its
+/// subject.
+pub(super) trait ProcessHome: Send + Sync {
+    /// Takes back a healthy process for the next case.
+    fn give_back(&self, process: Process);
+}
+
 /// A running subject process.
 pub(super) struct Process {
     pub(super) child: Child,
