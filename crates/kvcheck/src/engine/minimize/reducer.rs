@@ -7,7 +7,7 @@ use crate::subject::SubjectSpec;
 use kvmodel::{Config, Op};
 
 use super::candidates::*;
-use super::{Signature, Size};
+use super::measure::{Signature, Size};
 
 /// The minimizer's working state: the smallest failing trace so far.
 pub(super) struct Reducer {
