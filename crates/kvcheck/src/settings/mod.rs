@@ -21,8 +21,6 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::subject::{SubjectEnvError, SubjectSpec};
-
 /// How a knob's value is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -158,7 +156,7 @@ pub struct Settings {
     /// `KVCHECK_SEED`, default `None`: a fixed seed per profile.
     pub seed: Option<u64>,
     /// The subject of the property suites, as text in any `--subject`
-    /// form; [`Settings::suite_subject`] parses it.
+    /// form; `SubjectSpec::configured` (in `subject`) parses it.
     ///
     /// `KVCHECK_SUBJECT`, default `None`: the shipped caches (`cache`).
     /// Kept as text so that a command that never checks the suites'
@@ -190,7 +188,7 @@ pub struct Settings {
     /// Time an `exec:` subject has per response (`--subject-timeout`).
     ///
     /// `KVCHECK_SUBJECT_TIMEOUT` in seconds (fractions allowed), default 10
-    /// ([`DEFAULT_TIMEOUT`](crate::subject::DEFAULT_TIMEOUT)).
+    /// ([`DEFAULT_TIMEOUT`]).
     pub subject_timeout: Duration,
     /// Whether an `exec:` subject's error kinds must match the model's
     /// (`--exact-kinds`).
@@ -229,6 +227,10 @@ pub const DEFAULT_DEPTH: usize = 3;
 /// given another count: the first and the last candidate.
 pub const DEFAULT_INSTANCES: usize = 2;
 
+/// [`Settings::subject_timeout`] when `KVCHECK_SUBJECT_TIMEOUT` is unset:
+/// the time an `exec:` subject has per response.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The cores available to this process (at least 1): the workers of a
 /// campaign unless `--jobs` or `KVCHECK_JOBS` says otherwise
 /// ([`Settings::workers`]).
@@ -254,7 +256,7 @@ impl Default for Settings {
             jobs: None,
             max_tests: DEFAULT_MAX_TESTS,
             explore_depth: DEFAULT_DEPTH,
-            subject_timeout: crate::subject::DEFAULT_TIMEOUT,
+            subject_timeout: DEFAULT_TIMEOUT,
             exact_kinds: false,
             strict_domain: false,
             relation_instances: DEFAULT_INSTANCES,
@@ -270,8 +272,8 @@ impl Settings {
     /// pass the result down. The first knob (in the order of [`KNOBS`])
     /// set to something it cannot hold is the error; the text knobs
     /// (`KVCHECK_SUBJECT`, `KVCHECK_ORACLE`) are checked when they are
-    /// parsed ([`Settings::suite_subject`], and `Oracle::configured` in
-    /// `engine::oracle`).
+    /// parsed (`SubjectSpec::configured` in `subject`, `Oracle::configured`
+    /// in `engine::oracle`).
     pub fn from_env() -> Result<Settings, SettingError> {
         // A value that is not Unicode is taken as unset, as it always was.
         Settings::from_vars(|var| std::env::var(var).ok())
@@ -306,26 +308,6 @@ impl Settings {
     /// this process.
     pub fn workers(&self) -> usize {
         self.jobs.unwrap_or_else(available_cores)
-    }
-
-    /// `subject` with the `exec:` options of these settings (response
-    /// timeout, exact kinds); other subjects are returned unchanged.
-    pub fn configure_subject(&self, subject: SubjectSpec) -> SubjectSpec {
-        subject
-            .with_exec_options(Some(self.subject_timeout), self.exact_kinds)
-            .with_strict_domain(self.strict_domain)
-    }
-
-    /// The subject of the property suites: [`Settings::subject`] parsed
-    /// (any form [`SubjectSpec::parse`] takes), else the shipped caches,
-    /// configured ([`Settings::configure_subject`]). Text that does not
-    /// parse is an error naming `KVCHECK_SUBJECT`.
-    pub fn suite_subject(&self) -> Result<SubjectSpec, SubjectEnvError> {
-        let subject = match &self.subject {
-            None => SubjectSpec::Cache,
-            Some(text) => SubjectSpec::parse(text).map_err(|source| SubjectEnvError { source })?,
-        };
-        Ok(self.configure_subject(subject))
     }
 }
 

@@ -1,5 +1,6 @@
 use super::*;
 use crate::engine::oracle::Oracle;
+use crate::subject::SubjectSpec;
 
 fn some(text: &str) -> Option<String> {
     Some(text.to_string())
@@ -32,7 +33,7 @@ fn the_table_says_the_defaults_settings_hold() {
     assert_eq!(said("KVCHECK_MAX_OPS"), d.max_ops.to_string());
     assert_eq!(d.seed, None);
     assert_eq!(said("KVCHECK_SUBJECT"), "cache");
-    assert_eq!(d.suite_subject().unwrap(), SubjectSpec::Cache);
+    assert_eq!(SubjectSpec::configured(&d).unwrap(), SubjectSpec::Cache);
     assert_eq!(said("KVCHECK_ORACLE"), "model");
     assert_eq!(Oracle::configured(&d).unwrap(), None);
     assert_eq!(d.jobs, None);
@@ -104,7 +105,7 @@ fn from_vars_reads_every_knob_and_names_a_bad_one() {
         }
     );
     assert_eq!(s.workers(), 3);
-    assert_eq!(s.suite_subject().unwrap(), SubjectSpec::Reference);
+    assert_eq!(SubjectSpec::configured(&s).unwrap(), SubjectSpec::Reference);
     let oracle = Oracle::configured(&s).unwrap().expect("an oracle");
     assert_eq!(oracle.to_string(), "self");
     assert_eq!(oracle.relation_instances(), Some(4));
@@ -120,7 +121,9 @@ fn from_vars_reads_every_knob_and_names_a_bad_one() {
         subject: Some("nonsense".into()),
         ..Settings::default()
     };
-    let err = bad_subject.suite_subject().unwrap_err().to_string();
+    let err = SubjectSpec::configured(&bad_subject)
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("KVCHECK_SUBJECT: "), "{err}");
     let bad_oracle = Settings {
         oracle: Some("self:M99".into()),

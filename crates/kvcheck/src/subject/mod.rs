@@ -38,8 +38,7 @@ pub use capabilities::{Capabilities, Feature, OpKind, Reports, Unsupported};
 pub use domain::{Domain, Excluded, Latest};
 pub use exec::{
     parse_timeout, tensor_bytes, tensor_from_bytes, ExecCache, ExecCommandError, ExecSubject,
-    Hello, InvalidTimeout, SubjectFailure, DEFAULT_TIMEOUT, PROTOCOL, STARTUP_TIMEOUT,
-    STDERR_LINES,
+    Hello, InvalidTimeout, SubjectFailure, PROTOCOL, STARTUP_TIMEOUT, STDERR_LINES,
 };
 pub use factory::{parse_kind, register, Factory, Kind, KindArgs, OpenFn};
 pub use faults::Fault;
@@ -53,6 +52,8 @@ use candle_core::Device;
 use kvcache::fault::{CacheFault, FaultBase, FaultyCache};
 use kvcache::KvCache;
 use kvmodel::{Config, Variant};
+
+use crate::settings::Settings;
 
 /// Why a subject form does not parse ([`SubjectSpec::parse`]); the message
 /// quotes the text and names the accepted forms.
@@ -109,7 +110,7 @@ pub enum SubjectError {
 }
 
 /// `KVCHECK_SUBJECT` holds something [`SubjectSpec::parse`] refuses
-/// ([`Settings::suite_subject`](crate::settings::Settings::suite_subject)).
+/// ([`SubjectSpec::configured`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("KVCHECK_SUBJECT: {source}")]
 pub struct SubjectEnvError {
@@ -171,6 +172,26 @@ impl PartialEq for SubjectSpec {
 }
 
 impl SubjectSpec {
+    /// This subject with the `exec:` options of `settings` (response
+    /// timeout, exact kinds, strict domain); other subjects are returned
+    /// unchanged.
+    pub fn with_settings(self, settings: &Settings) -> SubjectSpec {
+        self.with_exec_options(Some(settings.subject_timeout), settings.exact_kinds)
+            .with_strict_domain(settings.strict_domain)
+    }
+
+    /// The subject of the property suites: [`Settings::subject`] parsed
+    /// (any form [`SubjectSpec::parse`] takes), else the shipped caches,
+    /// with the settings' options ([`SubjectSpec::with_settings`]). Text
+    /// that does not parse is an error naming `KVCHECK_SUBJECT`.
+    pub fn configured(settings: &Settings) -> Result<SubjectSpec, SubjectEnvError> {
+        let subject = match &settings.subject {
+            None => SubjectSpec::Cache,
+            Some(text) => SubjectSpec::parse(text).map_err(|source| SubjectEnvError { source })?,
+        };
+        Ok(subject.with_settings(settings))
+    }
+
     /// The subject of `fault` injected into `base`.
     pub fn cache_fault(fault: CacheFault, base: FaultBase) -> SubjectSpec {
         match base {

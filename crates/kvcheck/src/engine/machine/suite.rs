@@ -57,7 +57,7 @@ impl Default for SuiteSettings {
 
 impl SuiteSettings {
     /// The suite knobs of `settings`: its numbers as they are, its subject
-    /// and oracle parsed and configured ([`Settings::suite_subject`],
+    /// and oracle parsed and configured ([`SubjectSpec::configured`],
     /// [`Oracle::configured`](crate::engine::oracle::Oracle::configured)); text that does not parse is an error
     /// naming the variable.
     pub fn new(settings: &Settings) -> Result<SuiteSettings, SettingsError> {
@@ -65,7 +65,7 @@ impl SuiteSettings {
             cases: settings.cases,
             max_ops: settings.max_ops,
             seed: settings.seed,
-            subject: settings.suite_subject()?,
+            subject: SubjectSpec::configured(settings)?,
             oracle: crate::engine::oracle::Oracle::configured(settings)?.unwrap_or_default(),
             max_tests: settings.max_tests,
             failures_dir: settings.failures_dir.clone(),

@@ -2,11 +2,11 @@
 //! for the next case.
 
 use super::process::ProcessHome;
+use crate::settings::DEFAULT_TIMEOUT;
 use crate::subject::exec::Process;
 use crate::subject::ExecCache;
 use crate::subject::Hello;
 use crate::subject::SubjectFailure;
-use crate::subject::DEFAULT_TIMEOUT;
 use crate::subject::STARTUP_TIMEOUT;
 use candle_core::Device;
 use kvmodel::{Config, Variant};

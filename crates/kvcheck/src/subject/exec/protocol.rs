@@ -210,10 +210,6 @@ pub const PROTOCOL: &str = "kvcheck-subject/1";
 /// and keeps working.
 pub const REVISION: u64 = 4;
 
-/// Response timeout when neither `--subject-timeout` nor
-/// `KVCHECK_SUBJECT_TIMEOUT` says otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The least time a new process has for its `hello` and its first `open`:
 /// starting an interpreter and importing a framework (an adapter may answer
 /// `hello` at once and import in the background until `open`) can take far
