@@ -20,6 +20,8 @@
 //! path, or the `RingCache`), or that correct cache alone — the control
 //! row, on which every engine must find nothing.
 
+pub mod relations;
+
 use std::time::{Duration, Instant};
 
 use kvcache::fault::{CacheFault, FaultBase};

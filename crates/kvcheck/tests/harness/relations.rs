@@ -152,7 +152,7 @@ const BREAKS: [(Relation, &str); 18] = [
 
 /// Asserts that `row` is a catch by `relation`, minimized and replayed.
 fn assert_caught(
-    row: &kvcheck::engine::relation::power::SelfCatch,
+    row: &kvcheck::engine::power::relations::SelfCatch,
     relation: Relation,
     what: &str,
 ) {
@@ -181,8 +181,8 @@ fn assert_caught(
 #[test]
 fn every_relation_catches_a_fault_of_the_zoo() {
     use kvcache::fault::{CacheFault, FaultBase};
+    use kvcheck::engine::power::relations::catch;
     use kvcheck::engine::power::Target;
-    use kvcheck::engine::relation::power::catch;
     use std::time::Duration;
     assert_eq!(BREAKS.len(), Relation::ALL.len());
     for (relation, fault) in BREAKS {
@@ -335,7 +335,7 @@ fn differential_checking_tells_a_fault_from_another_correct_cache() {
 /// replayed.
 #[test]
 fn every_relation_catches_a_fault_through_an_exec_subject() {
-    use kvcheck::engine::relation::power::catch_on;
+    use kvcheck::engine::power::relations::catch_on;
     use std::time::Duration;
     // An exec: subject reports no capacity, so M1 leaves growth out there
     // and its one fault of the zoo cannot show (docs/relations.md).
@@ -379,7 +379,7 @@ const PYTHON_BREAKS: [(Relation, &str); 5] = [
 /// minimized trace replays from its file form.
 #[test]
 fn each_relation_catches_its_fault_of_a_python_subject() {
-    use kvcheck::engine::relation::power::catch_on;
+    use kvcheck::engine::power::relations::catch_on;
     use std::time::Duration;
     if crate::cli_support::python_missing() {
         return;

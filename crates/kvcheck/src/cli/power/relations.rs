@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::engine::power::relations::{catch, invisible, SelfCatch};
 use kvcheck::engine::power::Target;
-use kvcheck::engine::relation::power::{catch, invisible, SelfCatch};
 use kvcheck::engine::relation::Relation;
 use kvcheck::settings::Settings;
 

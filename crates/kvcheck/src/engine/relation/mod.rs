@@ -27,7 +27,6 @@ pub mod domain;
 mod explain;
 mod finding;
 
-pub mod power;
 pub mod transform;
 mod work;
 

@@ -5,7 +5,7 @@
 //!
 //! Cases are drawn like the `run` engine's (every profile the subject
 //! allows, round robin, fixed seeds) and checked whole by
-//! [`super::check`] with every relation and invariant. A fault no check
+//! [`check`] with every relation and invariant. A fault no check
 //! sees is explained by [`invisible`]: the bugs a cache can make
 //! consistently, so that every transformed run agrees with the original
 //! one, and that break no rule one run can be judged by without the
@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use kvcache::fault::CacheFault;
 
-use super::domain::draw;
-use super::{check, Relation, Work};
 use crate::check::divergence::DivergenceKind;
 use crate::engine::minimize::minimize_with;
 use crate::engine::oracle::Oracle;
 use crate::engine::power::{profile_runners, Target};
+use crate::engine::relation::domain::draw;
+use crate::engine::relation::{check, Relation, Work};
 use crate::engine::replay::replay_with;
 use crate::subject::SubjectSpec;
 
@@ -48,7 +48,7 @@ pub struct SelfCatch {
 }
 
 /// Checks `target` with `relations` (`instances` instances of each per
-/// trace, see [`super::find`]), drawing cases from `seed` until the first
+/// trace, see [`find`](crate::engine::relation::find)), drawing cases from `seed` until the first
 /// failure, `max_cases` cases or `budget`; a catch is minimized (the same
 /// relation kept) and its trace replayed.
 pub fn catch(
