@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kvcheck::engine::machine::{run_case, Packed, Tiny};
+use kvcheck::engine::machine::{run_cache_case, Packed, Tiny};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 
 const TARGET_OPS_PER_SECOND: f64 = 50_000.0;
@@ -29,11 +29,11 @@ fn driver(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(5));
     let mut tiny = runner();
     group.bench_function("tiny_case", |b| {
-        b.iter(|| run_case::<Tiny>(&mut tiny, OPS_PER_CASE).expect("cases generate"))
+        b.iter(|| run_cache_case::<Tiny>(&mut tiny, OPS_PER_CASE).expect("cases generate"))
     });
     let mut packed = runner();
     group.bench_function("packed_case", |b| {
-        b.iter(|| run_case::<Packed>(&mut packed, OPS_PER_CASE).expect("cases generate"))
+        b.iter(|| run_cache_case::<Packed>(&mut packed, OPS_PER_CASE).expect("cases generate"))
     });
     group.finish();
 
@@ -42,7 +42,7 @@ fn driver(c: &mut Criterion) {
     let mut runner = runner();
     let (mut ops, started) = (0usize, Instant::now());
     while started.elapsed() < Duration::from_secs(3) {
-        ops += run_case::<Tiny>(&mut runner, OPS_PER_CASE)
+        ops += run_cache_case::<Tiny>(&mut runner, OPS_PER_CASE)
             .expect("cases generate")
             .ops_checked;
     }

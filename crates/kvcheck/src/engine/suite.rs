@@ -33,7 +33,7 @@ use kvmodel::Config;
 use crate::check::coverage::Coverage;
 use crate::check::trace::{Trace, TraceError};
 use crate::engine::explore::Explorer;
-use crate::engine::machine::{SettingsError, SuiteError, SuiteSettings, SUITES};
+use crate::engine::machine::{SuiteError, SuiteSettings, SuiteSettingsError, SUITES};
 use crate::engine::minimize::{minimize_with, MinimizeError, Minimized};
 use crate::engine::oracle::Oracle;
 use crate::engine::relation::OracleError;
@@ -52,7 +52,7 @@ impl From<Factory> for SubjectSpec {
 pub enum CheckError {
     /// The environment's knobs do not parse (named in the message).
     #[error(transparent)]
-    Settings(#[from] SettingsError),
+    Settings(#[from] SuiteSettingsError),
     /// The subject could not say what it can express.
     #[error("cannot ask the subject for its capabilities: {0}")]
     Capabilities(#[source] SubjectFailure),

@@ -48,7 +48,7 @@ impl CaseOutcome {
 
 /// Draws one op sequence of family `F` from `runner` and checks it on the
 /// shipped caches.
-pub fn run_case<F: Family>(
+pub fn run_cache_case<F: Family>(
     runner: &mut TestRunner,
     max_ops: usize,
 ) -> Result<CaseOutcome, CaseError> {

@@ -49,7 +49,7 @@ mod case;
 mod suite;
 
 pub use case::{
-    draw_case, draw_case_within, run_case, run_case_on, served, CaseDraw, CaseDrawWithin,
+    draw_case, draw_case_within, run_cache_case, run_case_on, served, CaseDraw, CaseDrawWithin,
     CaseOutcome, CaseRunner,
 };
 pub use suite::{check_family, Suite, SuiteSettings};
@@ -223,7 +223,7 @@ pub enum SuiteError {
 /// Why [`SuiteSettings::new`] (or [`SuiteSettings::from_env`]) refused the
 /// settings: the error names the variable.
 #[derive(Debug, thiserror::Error)]
-pub enum SettingsError {
+pub enum SuiteSettingsError {
     /// A number, duration or flag knob holds something it cannot.
     #[error(transparent)]
     Knob(#[from] SettingError),

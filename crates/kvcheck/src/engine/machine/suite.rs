@@ -11,7 +11,7 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 
 use super::{
     capabilities_of, failure_path, subject_label, with_failures_dir, with_subject, Family,
-    KvLockstep, KvReference, SettingsError, ShrunkDivergence, SuiteError, COVERAGE,
+    KvLockstep, KvReference, ShrunkDivergence, SuiteError, SuiteSettingsError, COVERAGE,
 };
 use crate::check::coverage::Coverage;
 use crate::engine::oracle::Oracle;
@@ -60,7 +60,7 @@ impl SuiteSettings {
     /// and oracle parsed and configured ([`SubjectSpec::configured`],
     /// [`Oracle::configured`](crate::engine::oracle::Oracle::configured)); text that does not parse is an error
     /// naming the variable.
-    pub fn new(settings: &Settings) -> Result<SuiteSettings, SettingsError> {
+    pub fn new(settings: &Settings) -> Result<SuiteSettings, SuiteSettingsError> {
         Ok(SuiteSettings {
             cases: settings.cases,
             max_ops: settings.max_ops,
@@ -76,7 +76,7 @@ impl SuiteSettings {
     /// (every knob checked; a value that does not parse is an error naming
     /// the variable) and [`SuiteSettings::new`]. Library code takes a
     /// [`SuiteSettings`] instead.
-    pub fn from_env() -> Result<SuiteSettings, SettingsError> {
+    pub fn from_env() -> Result<SuiteSettings, SuiteSettingsError> {
         SuiteSettings::new(&Settings::from_env()?)
     }
 
