@@ -9,7 +9,10 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kvcheck::engine::machine::{run_cache_case, Packed, Tiny};
+use kvcheck::engine::case::{draw_and_run, CaseOutcome};
+use kvcheck::engine::oracle::Oracle;
+use kvcheck::engine::strategy::profile;
+use kvcheck::subject::SubjectSpec;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 
 const TARGET_OPS_PER_SECOND: f64 = 50_000.0;
@@ -22,19 +25,28 @@ fn runner() -> TestRunner {
     })
 }
 
+/// One case of the profile `name`, on the shipped caches against the model.
+fn case(name: &str, runner: &mut TestRunner) -> CaseOutcome {
+    let profile = profile(name).expect("a built-in profile");
+    draw_and_run(
+        profile,
+        runner,
+        OPS_PER_CASE,
+        &SubjectSpec::Cache,
+        &Oracle::model(),
+    )
+    .expect("cases generate")
+}
+
 fn driver(c: &mut Criterion) {
     let mut group = c.benchmark_group("driver");
     group
         .sample_size(20)
         .measurement_time(Duration::from_secs(5));
     let mut tiny = runner();
-    group.bench_function("tiny_case", |b| {
-        b.iter(|| run_cache_case::<Tiny>(&mut tiny, OPS_PER_CASE).expect("cases generate"))
-    });
+    group.bench_function("tiny_case", |b| b.iter(|| case("tiny", &mut tiny)));
     let mut packed = runner();
-    group.bench_function("packed_case", |b| {
-        b.iter(|| run_cache_case::<Packed>(&mut packed, OPS_PER_CASE).expect("cases generate"))
-    });
+    group.bench_function("packed_case", |b| b.iter(|| case("packed", &mut packed)));
     group.finish();
 
     // Cases have random lengths, so the rate comes from counting the ops
@@ -42,9 +54,7 @@ fn driver(c: &mut Criterion) {
     let mut runner = runner();
     let (mut ops, started) = (0usize, Instant::now());
     while started.elapsed() < Duration::from_secs(3) {
-        ops += run_cache_case::<Tiny>(&mut runner, OPS_PER_CASE)
-            .expect("cases generate")
-            .ops_checked;
+        ops += case("tiny", &mut runner).ops_checked;
     }
     let rate = ops as f64 / started.elapsed().as_secs_f64();
     println!(

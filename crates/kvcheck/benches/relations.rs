@@ -23,9 +23,9 @@
 
 use std::time::{Duration, Instant};
 
-use kvcheck::engine::machine::CASE_DRAWS;
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::relation::{domain, Work};
+use kvcheck::engine::strategy::{Case, PROFILES};
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::{Config, Op};
@@ -40,14 +40,14 @@ fn cases() -> Vec<(Config, Vec<Op>)> {
         ..ProptestConfig::default()
     });
     let subject = SubjectSpec::Cache;
-    let capabilities = subject.capabilities().expect("in-process capabilities");
+    let capabilities =
+        std::sync::Arc::new(subject.capabilities().expect("in-process capabilities"));
     let mut cases = Vec::new();
-    for profile in 0..CASE_DRAWS.len() {
+    for profile in PROFILES {
         for _ in 0..CASES_PER_PROFILE {
-            cases.push(
-                domain::draw(profile, &mut runner, MAX_OPS, &subject, &capabilities)
-                    .expect("profiles draw"),
-            );
+            let Case { config, ops } =
+                domain::draw(profile, &capabilities, &mut runner, MAX_OPS).expect("profiles draw");
+            cases.push((config, ops));
         }
     }
     cases

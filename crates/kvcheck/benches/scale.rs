@@ -9,8 +9,9 @@
 use std::time::{Duration, Instant};
 
 use kvcheck::engine::explore::{grid, Alphabet, Explorer};
-use kvcheck::engine::scale::{Campaign, Shard};
+use kvcheck::engine::scale::Campaign;
 use kvcheck::engine::strategy::PROFILES;
+use kvcheck::report::shard::Shard;
 use kvcheck::settings::available_cores;
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;

@@ -18,7 +18,7 @@
 //!   model; both build payloads and classify refusals the same way. Also
 //!   the view checks, coverage and the kvtrace/1 format ([`Trace`]).
 //! - [`engine`]: how op sequences are made and what is done with a failure:
-//!   the property suites ([`engine::suite`], [`engine::machine`]), the
+//!   the property suites ([`engine::suite`], run case by case by [`engine::case`]), the
 //!   campaign of `kvcheck run` ([`engine::scale`]), the [`Explorer`], the
 //!   fuzz bodies, [`engine::minimize`], [`engine::replay`],
 //!   [`engine::explain`] and [`engine::power`]. [`engine::oracle`] and

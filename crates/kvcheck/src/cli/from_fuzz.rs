@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use kvcheck::engine::fuzzcase::Target;
 use kvcheck::engine::minimize::run_subject;
 use kvcheck::engine::oracle::Oracle;
-use kvcheck::engine::triage::{findings_table, Triage};
+use kvcheck::engine::triage::Triage;
+use kvcheck::report::findings::findings_table;
 use kvcheck::settings::Settings;
 
 use super::{failures_dir, CliError};

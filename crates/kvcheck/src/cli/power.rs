@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcache::fault::{CacheFault, FaultBase};
-use kvcheck::engine::machine::SuiteSettings;
 use kvcheck::engine::power::{self, Engine, Target, EXPLORE_DEPTH};
-use kvcheck::engine::scale::{parse_jobs, Shard};
+use kvcheck::engine::scale::parse_jobs;
+use kvcheck::engine::suite::SuiteSettings;
+use kvcheck::report::shard::Shard;
 use kvcheck::report::{PowerReport, PowerRow, Report, REPORT_FORMAT};
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;

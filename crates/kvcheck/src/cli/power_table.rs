@@ -1,7 +1,8 @@
 //! The power table: what `kvcheck power` prints and what `kvcheck merge`
 //! prints for the shards of one.
 
-use kvcheck::engine::power::{Catch, Engine};
+use kvcheck::engine::power::Engine;
+use kvcheck::report::Catch;
 use kvcheck::report::PowerReport;
 
 use super::CliError;

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::check::coverage::{Coverage, EVENTS};
+use kvcheck::check::relation::Relation;
 use kvcheck::engine::minimize::minimize_keeping;
 use kvcheck::engine::oracle::Oracle;
-use kvcheck::engine::relation::{Judged, Relation};
-use kvcheck::engine::scale::{parse_jobs, Campaign, Found, Shard};
+use kvcheck::engine::relation::Judged;
+use kvcheck::engine::scale::{parse_jobs, Campaign, Found};
 use kvcheck::engine::strategy::{profile_support, required_events, PROFILES};
-use kvcheck::engine::triage::findings_table;
+use kvcheck::report::findings::findings_table;
+use kvcheck::report::shard::Shard;
 use kvcheck::report::{
     merge_judged, DivergenceReport, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
 };

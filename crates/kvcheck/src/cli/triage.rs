@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use kvcheck::engine::oracle::Oracle;
-use kvcheck::engine::triage::{self, FindingReport, Triage};
+use kvcheck::engine::triage::{self, Triage};
+use kvcheck::report::findings::FindingReport;
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 

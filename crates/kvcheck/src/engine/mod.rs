@@ -1,6 +1,6 @@
 //! The engines: the ways op sequences are generated and driven through
-//! [`crate::check`]. Property suites ([`machine`], [`suite`], drawing from
-//! [`strategy`]), the random campaign of `kvcheck run` ([`scale`]), the
+//! [`crate::check`]. Every drawn case is a [`strategy::Case`], run by the
+//! one runner of [`case`]: property suites ([`suite`]), the random campaign of `kvcheck run` ([`scale`]), the
 //! exhaustive explorer ([`explore`]), the fuzz targets' bodies
 //! (`fuzzcase`, feature `arbitrary`), and what is done with a failure:
 //! [`minimize`], [`replay`], [`explain`], [`triage`]; [`power`] measures
@@ -8,12 +8,12 @@
 //! [`oracle`]: the model, the [`relation`]s of docs/contract.md §9 and the
 //! [`invariant`]s of one run, or another subject.
 
+pub mod case;
 pub mod explain;
 pub mod explore;
 #[cfg(feature = "arbitrary")]
 pub mod fuzzcase;
 pub mod invariant;
-pub mod machine;
 pub mod minimize;
 pub mod oracle;
 pub mod power;

@@ -29,10 +29,12 @@ use kvmodel::{Config, Dtype, PackedPolicy, Quant};
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
 use crate::check::divergence::Divergence;
+use crate::engine::case::draw_and_run;
 use crate::engine::explore::Explorer;
-use crate::engine::machine::{SuiteSettings, CASE_RUNNERS};
 use crate::engine::minimize::minimize;
+use crate::engine::oracle::Oracle;
 use crate::engine::strategy::{profile_support, PROFILES};
+use crate::engine::suite::{check_profile, SuiteSettings};
 use crate::subject::{Capabilities, SubjectSpec};
 
 /// The deepest exploration the `explore` engine tries.
@@ -157,7 +159,7 @@ impl From<CacheFault> for Target {
     }
 }
 
-pub use crate::report::Catch;
+use crate::report::Catch;
 
 impl Catch {
     fn escaped(work: u64, started: Instant, note: impl Into<String>) -> Catch {
@@ -252,12 +254,12 @@ pub fn suites(target: Target, settings: &SuiteSettings) -> Catch {
         Err(e) => return Catch::escaped(0, started, e.to_string()),
     };
     let mut ran = 0;
-    for (profile, suite) in PROFILES.iter().zip(crate::engine::machine::SUITES) {
+    for profile in PROFILES {
         if profile_support(profile, &capabilities).is_err() {
             continue;
         }
         ran += 1;
-        if let Err(error) = suite(&settings) {
+        if let Err(error) = check_profile(profile, &settings) {
             let message = error.to_string();
             let first = message
                 .lines()
@@ -295,7 +297,14 @@ pub fn run(target: Target, seed: u64, budget: Duration, max_ops: usize) -> Catch
     while started.elapsed() < budget {
         for (slot, &profile) in selected.iter().enumerate() {
             cases += 1;
-            match CASE_RUNNERS[profile](&mut runners[slot], max_ops, &subject) {
+            let model = Oracle::model();
+            match draw_and_run(
+                &PROFILES[profile],
+                &mut runners[slot],
+                max_ops,
+                &subject,
+                &model,
+            ) {
                 Err(e) => return Catch::escaped(cases, started, e.to_string()),
                 Ok(outcome) => {
                     if let Some(divergence) = outcome.divergence {

@@ -6,7 +6,7 @@
 //! them. It runs once at each entry point (the `kvcheck` binary before it
 //! runs a command, a property suite's test, a fuzz target or bench that
 //! needs a knob) and the entry point passes the settings down: library code
-//! takes the values it needs as parameters ([`crate::engine::machine::SuiteSettings`],
+//! takes the values it needs as parameters ([`crate::engine::suite::SuiteSettings`],
 //! a subject's or an oracle's options, a minimization's budget) and never
 //! reads a variable itself (a test in `tests/harness/layers.rs` keeps it
 //! so). One parse policy for all of them: a variable that is set but does

@@ -317,6 +317,17 @@ impl SubjectSpec {
         }
     }
 
+    /// The subject as suites name it, whatever the configuration: `the
+    /// shipped caches` (every variant), `cache:PATH`, or its
+    /// [`name`](SubjectSpec::name).
+    pub fn label(&self) -> String {
+        match self {
+            SubjectSpec::Cache => "the shipped caches".to_string(),
+            SubjectSpec::CachePath(path) => format!("cache:{path}"),
+            other => other.name(&Config::dense(1)),
+        }
+    }
+
     /// The name used in reports (`dense`, `packed`, `ring`, `reference`, `fault:…`,
     /// `exec:…`, a factory's name).
     pub fn name(&self, config: &Config) -> String {

@@ -8,10 +8,11 @@ use candle_core::Device;
 use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::{Lockstep, SetupError};
 use kvcheck::check::trace::Trace;
+use kvcheck::engine::case::draw_and_run;
 use kvcheck::engine::explore::Alphabet;
 use kvcheck::engine::fuzzcase::FuzzCase;
-use kvcheck::engine::machine::CASE_RUNNERS;
 use kvcheck::engine::minimize::minimize;
+use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::strategy::{profile_configs, profile_support, RefState, PROFILES};
 use kvcheck::subject::{Capabilities, Factory, Fault, OpKind, ReferenceCache, SubjectSpec};
 use kvcheck::{Config, Dtype, Model, Op, Variant, Write};
@@ -119,7 +120,8 @@ fn campaign_cases_stay_within_the_capabilities() {
     let half = PROFILES.iter().position(|p| p.name == "half").unwrap();
     let mut runner = TestRunner::deterministic();
     for _ in 0..64 {
-        let outcome = CASE_RUNNERS[half](&mut runner, 40, &subject).unwrap();
+        let outcome =
+            draw_and_run(&PROFILES[half], &mut runner, 40, &subject, &Oracle::model()).unwrap();
         assert!(
             outcome.divergence.is_none(),
             "{}",
@@ -127,7 +129,7 @@ fn campaign_cases_stay_within_the_capabilities() {
         );
     }
     let tiny = PROFILES.iter().position(|p| p.name == "tiny").unwrap();
-    let err = CASE_RUNNERS[tiny](&mut runner, 40, &subject)
+    let err = draw_and_run(&PROFILES[tiny], &mut runner, 40, &subject, &Oracle::model())
         .err()
         .unwrap()
         .to_string();

@@ -15,11 +15,12 @@ use kvcache::fault::CacheFault;
 use kvcache::{KvCache, Layout, RingLayout, SegmentedView, View};
 use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::Lockstep;
-use kvcheck::engine::machine::{SuiteSettings, CASE_RUNNERS};
+use kvcheck::engine::case::draw_and_run;
 use kvcheck::engine::minimize::minimize;
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::relation::Work;
 use kvcheck::engine::strategy::PROFILES;
+use kvcheck::engine::suite::SuiteSettings;
 use kvcheck::subject::domain::Rewrites;
 use kvcheck::subject::{Capabilities, Domain, Factory, OpKind, SubjectSpec};
 use kvcheck::{Config, Explorer, Op, Trace, Write};
@@ -251,7 +252,14 @@ fn campaign(name: &str, subject: &SubjectSpec, cases: u8) -> (Vec<DivergenceKind
     let index = PROFILES.iter().position(|p| p.name == name).unwrap();
     let (mut found, mut drawn, mut outside) = (Vec::new(), 0, 0);
     for seed in 0..cases {
-        let outcome = CASE_RUNNERS[index](&mut runner(seed), 40, subject).unwrap();
+        let outcome = draw_and_run(
+            &PROFILES[index],
+            &mut runner(seed),
+            40,
+            subject,
+            &Oracle::model(),
+        )
+        .unwrap();
         drawn += outcome.drawn;
         outside += outcome.outside();
         found.extend(outcome.divergence.map(|d| d.kind));

@@ -16,13 +16,13 @@ use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::{Lockstep, SetupError};
 use kvcheck::check::record::{observe, Plan};
 use kvcheck::check::trace::{collect_trace_files, Trace};
+use kvcheck::engine::case::{draw, draw_and_run};
 use kvcheck::engine::explore::Explorer;
-use kvcheck::engine::machine::SuiteSettings;
-use kvcheck::engine::machine::CASE_RUNNERS;
 use kvcheck::engine::minimize::{minimize, Signature};
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::replay::replay;
-use kvcheck::engine::strategy::PROFILES;
+use kvcheck::engine::strategy::{profile, Case, PROFILES};
+use kvcheck::engine::suite::SuiteSettings;
 use kvcheck::subject::{ExecSubject, SubjectSpec};
 use kvcheck::{Config, Op, Write};
 
@@ -390,13 +390,12 @@ fn a_differential_oracle_draws_only_what_both_subjects_express() {
     let (narrow, _) = exec("--caps dense-writes-only", Duration::from_secs(10));
     let oracle = Oracle::subject(narrow.clone());
     assert_eq!(oracle.runs(), Some(&narrow));
-    let tiny = PROFILES.iter().position(|p| p.name == "tiny").unwrap();
+    let tiny = profile("tiny").unwrap();
     let mut runner = TestRunner::deterministic();
     let mut writes = 0;
     for _ in 0..16 {
-        let (config, ops) = oracle
-            .draw(tiny, &mut runner, 24, &SubjectSpec::Reference)
-            .unwrap();
+        let Case { config, ops } =
+            draw(tiny, &mut runner, 24, &SubjectSpec::Reference, &oracle).unwrap();
         assert!(
             ops.iter()
                 .all(|op| matches!(op, Op::Write(w) if w.heads.is_none())),
@@ -410,9 +409,8 @@ fn a_differential_oracle_draws_only_what_both_subjects_express() {
     }
     assert!(writes >= 16, "only {writes} writes drawn");
     // A profile the oracle cannot open is unsupported, not drawn.
-    let window = PROFILES.iter().position(|p| p.name == "window").unwrap();
-    let err = oracle
-        .draw(window, &mut runner, 24, &SubjectSpec::Reference)
+    let window = profile("window").unwrap();
+    let err = draw(window, &mut runner, 24, &SubjectSpec::Reference, &oracle)
         .unwrap_err()
         .to_string();
     assert!(err.contains("profile window"), "{err}");
@@ -442,9 +440,15 @@ fn every_fault_of_the_reference_subject_is_caught_by_a_campaign_and_minimized() 
         let found = (0..100)
             .flat_map(|_| 0..PROFILES.len())
             .find_map(|i| {
-                CASE_RUNNERS[i](&mut runners[i], 40, &subject)
-                    .unwrap()
-                    .divergence
+                draw_and_run(
+                    &PROFILES[i],
+                    &mut runners[i],
+                    40,
+                    &subject,
+                    &Oracle::model(),
+                )
+                .unwrap()
+                .divergence
             })
             .unwrap_or_else(|| panic!("fault {fault} was not caught in 100 cases per profile"));
         let m = minimize(&found.trace, subject, 1000).unwrap();

@@ -8,8 +8,9 @@ use std::time::Duration;
 use kvcheck::engine::minimize::minimize_with;
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::replay::replay_with;
-use kvcheck::engine::scale::{Campaign, Shard};
+use kvcheck::engine::scale::Campaign;
 use kvcheck::engine::strategy::PROFILES;
+use kvcheck::report::shard::Shard;
 use kvcheck::subject::SubjectSpec;
 
 use crate::toy_oracle::OutcomesOnly;

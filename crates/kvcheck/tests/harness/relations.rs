@@ -2,9 +2,10 @@
 //! the reference model and the shipped caches, and the failures of the zoo
 //! each of them catches.
 
-use kvcheck::engine::machine::CASE_DRAWS;
-use kvcheck::engine::relation::{check, domain, Relation, Work};
-use kvcheck::engine::strategy::PROFILES;
+use kvcheck::check::relation::Relation;
+use kvcheck::engine::case::draw;
+use kvcheck::engine::relation::{check, domain, Work};
+use kvcheck::engine::strategy::{Case, PROFILES};
 use kvcheck::settings::DEFAULT_INSTANCES;
 use kvcheck::subject::SubjectSpec;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
@@ -30,11 +31,12 @@ fn relations_hold(subject: &SubjectSpec, seed: u64) {
     let mut applied = std::collections::BTreeMap::<Relation, usize>::new();
     // Drawn as `--oracle self` draws (shaped into the relations' domains,
     // a third of the cases left as the profile drew them).
-    let capabilities = subject.capabilities().expect("an in-process subject");
+    let capabilities = std::sync::Arc::new(subject.capabilities().expect("an in-process subject"));
     for (index, profile) in PROFILES.iter().enumerate() {
         for case in 0..cases() {
-            let (config, ops) = domain::draw(index, &mut runner, 30, subject, &capabilities)
-                .expect("every profile draws");
+            let Case { config, ops } =
+                domain::draw(&PROFILES[index], &capabilities, &mut runner, 30)
+                    .expect("every profile draws");
             for relation in Relation::ALL {
                 let before = work.judged.cases_of(relation);
                 let found = check(&config, &ops, subject, &[relation], 4, &mut work)
@@ -295,11 +297,18 @@ fn differential_checking_tells_a_fault_from_another_correct_cache() {
     let faulty = SubjectSpec::parse("fault:roll-one-short").unwrap();
     let mut found = None;
     for _ in 0..8 {
-        for (profile, draw) in PROFILES.iter().zip(CASE_DRAWS) {
+        for profile in PROFILES {
             if profile.name == "packed" {
                 continue;
             }
-            let (config, ops) = draw(&mut runner, 30, &SubjectSpec::Ring).unwrap();
+            let Case { config, ops } = draw(
+                profile,
+                &mut runner,
+                30,
+                &SubjectSpec::Ring,
+                &Oracle::model(),
+            )
+            .unwrap();
             let agreed = oracle.check(&config, &ops, &SubjectSpec::Ring).unwrap();
             assert!(agreed.is_none(), "ring against dense: {}", agreed.unwrap());
             if found.is_none() {
@@ -497,7 +506,7 @@ fn after_read_reference(fault: Option<kvcheck::subject::Fault>) -> SubjectSpec {
 fn every_relation_holds_on_the_reference_model_trimming_after_the_read() {
     use kvcheck::engine::strategy::profile_support;
     let subject = after_read_reference(None);
-    let capabilities = subject.capabilities().expect("in process");
+    let capabilities = std::sync::Arc::new(subject.capabilities().expect("in process"));
     let mut runner = TestRunner::new(ProptestConfig {
         rng_seed: RngSeed::Fixed(17),
         failure_persistence: None,
@@ -515,8 +524,9 @@ fn every_relation_holds_on_the_reference_model_trimming_after_the_read() {
             continue;
         }
         for case in 0..cases() {
-            let (config, ops) = domain::draw(index, &mut runner, 30, &subject, &capabilities)
-                .expect("every dense profile draws");
+            let Case { config, ops } =
+                domain::draw(&PROFILES[index], &capabilities, &mut runner, 30)
+                    .expect("every dense profile draws");
             assert_eq!(config.trim, kvcheck::Trim::AfterRead);
             drawn += 1;
             let found = check(&config, &ops, &subject, &Relation::ALL, 4, &mut work)
@@ -580,7 +590,7 @@ fn a_trim_before_the_read_under_after_read_is_caught_by_model_and_self() {
     );
     // On drawn cases, as `run --oracle self` draws them.
     let subject = after_read_reference(Some(Fault::TrimBeforeRead));
-    let capabilities = subject.capabilities().expect("in process");
+    let capabilities = std::sync::Arc::new(subject.capabilities().expect("in process"));
     let mut runner = TestRunner::new(ProptestConfig {
         rng_seed: RngSeed::Fixed(5),
         failure_persistence: None,
@@ -588,8 +598,8 @@ fn a_trim_before_the_read_under_after_read_is_caught_by_model_and_self() {
     });
     let sinks = PROFILES.iter().position(|p| p.name == "sinks").unwrap();
     let caught = (0..50).find(|_| {
-        let (config, ops) =
-            domain::draw(sinks, &mut runner, 30, &subject, &capabilities).expect("draws");
+        let Case { config, ops } =
+            domain::draw(&PROFILES[sinks], &capabilities, &mut runner, 30).expect("draws");
         check(&config, &ops, &subject, &Relation::ALL, 4, &mut work)
             .expect("runs")
             .is_some()

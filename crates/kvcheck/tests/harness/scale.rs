@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use kvcheck::engine::explore::Explorer;
-use kvcheck::engine::scale::{Campaign, Shard};
+use kvcheck::engine::scale::Campaign;
 use kvcheck::engine::strategy::PROFILES;
+use kvcheck::report::shard::Shard;
 use kvcheck::report::Report;
 use kvcheck::subject::{Fault, SubjectSpec};
 use kvcheck::Config;
@@ -282,7 +283,8 @@ fn run_checks_the_same_cases_for_any_number_of_workers() {
 #[test]
 fn parallel_failing_suites_keep_their_own_traces() {
     use kvcheck::check::trace::Trace;
-    use kvcheck::engine::machine::{check_family, SuiteSettings, Tiny};
+    use kvcheck::engine::strategy::profile;
+    use kvcheck::engine::suite::{check_profile, SuiteSettings};
     let faults = [Fault::StaleRewrite, Fault::RefuseOverlap];
     let messages: Vec<String> = std::thread::scope(|s| {
         let runs: Vec<_> = faults
@@ -297,7 +299,7 @@ fn parallel_failing_suites_keep_their_own_traces() {
                         oracle: kvcheck::engine::oracle::Oracle::model(),
                         ..SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"))
                     };
-                    check_family::<Tiny>(&settings)
+                    check_profile(profile("tiny").unwrap(), &settings)
                         .expect_err("the fault is found")
                         .to_string()
                 })

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use crate::cli_support::{kvcheck, path, scratch};
 use kvcheck::engine::explore::Explorer;
-use kvcheck::engine::scale::{Campaign, Shard};
+use kvcheck::engine::scale::Campaign;
 use kvcheck::engine::strategy::PROFILES;
-use kvcheck::engine::triage::{merge_findings, settle, FindingReport, TriageSignature};
+use kvcheck::engine::triage::settle;
+use kvcheck::report::findings::{merge_findings, FindingReport, TriageSignature};
+use kvcheck::report::shard::Shard;
 use kvcheck::report::Report;
 use kvcheck::subject::{Fault, SubjectSpec};
 use kvcheck::Config;

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use kvcache::fault::{CacheFault, FaultBase, FaultyCache};
-use kvcheck::engine::machine::SuiteSettings;
 use kvcheck::engine::power::{self, Target, EXPLORE_DEPTH};
 use kvcheck::engine::suite::check_subject;
+use kvcheck::engine::suite::SuiteSettings;
 use kvcheck::subject::{ring_capabilities, Capabilities, Factory, SubjectSpec};
 use kvmodel::Variant;
 

@@ -2,13 +2,13 @@
 //! the state after it (global end, capacity, resident bytes), the probe
 //! after a refusal, and the layout of a segmented view.
 
+use super::Lockstep;
 use crate::check::divergence::{describe_outcome, misbehaviour, Divergence, DivergenceKind};
 use crate::check::lockstep::check_segmented;
 use crate::check::lockstep::SegmentedCheck;
 use crate::check::lockstep::ViewFailure;
 use crate::check::segments::check_claims;
 use crate::subject::SubjectFailure;
-use crate::Lockstep;
 use candle_core::Tensor;
 use kvcache::Slot;
 use kvmodel::{Effect, Op, Outcome, Variant, Write};

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kvcache::fault::{CacheFault, FaultBase};
-use kvcheck::engine::power::Catch;
+use kvcheck::report::Catch;
 use kvcheck::subject::SubjectSpec;
 
 /// The `fault_lockstep` cargo-fuzz target, built once.

@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use kvcheck::check::divergence::DivergenceKind;
+use kvcheck::check::relation::Relation;
 use kvcheck::engine::power::relations::{catch, invisible, SelfCatch};
 use kvcheck::engine::power::Target;
-use kvcheck::engine::relation::Relation;
 use kvcheck::settings::Settings;
 
 use super::{in_parallel, Args};

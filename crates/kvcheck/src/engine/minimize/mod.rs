@@ -28,11 +28,9 @@
 
 use std::fmt;
 
-use candle_core::Device;
 use kvmodel::{Config, Op};
 
 use crate::check::divergence::Divergence;
-use crate::check::lockstep::Lockstep;
 use crate::check::trace::Trace;
 use crate::engine::oracle::Oracle;
 use crate::subject::SubjectSpec;
@@ -110,18 +108,16 @@ pub enum MinimizeError {
     Setup(String),
 }
 
-/// Runs `ops` on `config` with `subject` in lockstep with the model and
-/// returns its divergence, if any. A subject that refuses the config, or
+/// Runs `ops` on `config` with `subject` against the model
+/// ([`Oracle::model`], the lockstep driver) and returns its divergence,
+/// if any. A subject that refuses the config, or
 /// cannot express the config or an op (its [`Capabilities`]), counts as "no
 /// divergence" so that shrinking never trades the failure for a setup error
 /// and never introduces what the subject does not support.
 ///
 /// [`Capabilities`]: crate::subject::Capabilities
 pub fn run_subject(config: &Config, ops: &[Op], subject: &SubjectSpec) -> Option<Box<Divergence>> {
-    let device = Device::Cpu;
-    let mut lockstep = Lockstep::open(config, subject, &device).ok()?;
-    lockstep.capabilities().supports_trace(config, ops).ok()?;
-    lockstep.run(ops).err()
+    Oracle::model().check(config, ops, subject).ok().flatten()
 }
 
 /// Shrinks the failing `trace` for `subject`, trying at most `max_tests`

@@ -5,12 +5,10 @@
 use std::time::Duration;
 
 use kvmodel::{Config, Op};
-use proptest::test_runner::TestRunner;
 
 use super::{Judge, Oracle};
 use crate::check::divergence::Divergence;
 use crate::check::trace::OracleTag;
-use crate::engine::machine::{shared_capabilities, CaseError, CASE_DRAWS_WITHIN};
 use crate::engine::relation::{self, Finding, NotChecked, OracleError, Work};
 use crate::subject::SubjectSpec;
 
@@ -63,19 +61,8 @@ impl Judge for DifferentialJudge {
         relation::find_differential(config, ops, subject, &self.other, work)
     }
 
-    /// Cases within what both subjects express: an op or config only one
-    /// of them has would leave the case unjudged.
-    fn draw(
-        &self,
-        profile: usize,
-        runner: &mut TestRunner,
-        max_ops: usize,
-        subject: &SubjectSpec,
-    ) -> Result<(Config, Vec<Op>), CaseError> {
-        let shared = shared_capabilities(subject, &self.other)?;
-        CASE_DRAWS_WITHIN[profile](runner, max_ops, subject, shared)
-    }
-
+    /// Engines draw cases within what both subjects express: an op or
+    /// config only one of them has would leave the case unjudged.
     fn runs(&self) -> Option<&SubjectSpec> {
         Some(&self.other)
     }

@@ -28,18 +28,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kvmodel::{Config, Model, Op};
+use kvmodel::{Config, Op};
 use proptest::test_runner::TestRunner;
 
-use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::Divergence;
+use crate::check::relation::Relation;
 use crate::check::trace::{OracleKind, OracleTag};
-use crate::engine::machine::{CaseError, CaseOutcome, SuiteSettings, CASE_DRAWS, CASE_RUNNERS};
-use crate::engine::minimize::minimize_with;
-use crate::engine::relation::{self, Finding, NotChecked, OracleEnvError, Relation, Work};
-use crate::engine::strategy::Profile;
+use crate::engine::relation::{self, Finding, NotChecked, OracleEnvError, Work};
+use crate::engine::strategy::{self, Case, DrawError, Profile};
 use crate::settings::Settings;
-use crate::subject::SubjectSpec;
+use crate::subject::{Capabilities, SubjectSpec};
 
 /// What judges a subject's runs. Engines know an oracle only through
 /// this: they draw traces, hand them to [`Judge::check`], and minimize,
@@ -103,17 +101,18 @@ pub trait Judge: fmt::Debug + Send + Sync {
         None
     }
 
-    /// Draws case `profile` from `runner` for this judge: by default as
-    /// every engine draws it ([`CASE_DRAWS`]); a judge whose power
-    /// depends on the traces it gets shapes them into its domain.
+    /// Draws a case of `profile` within `capabilities` from `runner` for
+    /// this judge: by default as every engine draws it
+    /// ([`strategy::draw`]); a judge whose power depends on the traces it
+    /// gets shapes them into its domain.
     fn draw(
         &self,
-        profile: usize,
+        profile: &'static Profile,
+        capabilities: &Arc<Capabilities>,
         runner: &mut TestRunner,
         max_ops: usize,
-        subject: &SubjectSpec,
-    ) -> Result<(Config, Vec<Op>), CaseError> {
-        CASE_DRAWS[profile](runner, max_ops, subject)
+    ) -> Result<Case, DrawError> {
+        strategy::draw(profile, capabilities, runner, max_ops)
     }
 
     /// A subject this judge runs of its own beside the checked one (the
@@ -321,12 +320,12 @@ impl Oracle {
     /// See [`Judge::draw`].
     pub fn draw(
         &self,
-        profile: usize,
+        profile: &'static Profile,
+        capabilities: &Arc<Capabilities>,
         runner: &mut TestRunner,
         max_ops: usize,
-        subject: &SubjectSpec,
-    ) -> Result<(Config, Vec<Op>), CaseError> {
-        self.0.draw(profile, runner, max_ops, subject)
+    ) -> Result<Case, DrawError> {
+        self.0.draw(profile, capabilities, runner, max_ops)
     }
 
     /// Checks `ops` on `config` with `subject` against this oracle and
@@ -396,112 +395,4 @@ impl std::str::FromStr for Oracle {
     fn from_str(text: &str) -> Result<Oracle, relation::OracleError> {
         Oracle::parse(text)
     }
-}
-
-/// Draws case `profile` from `runner` (as the campaign and the suites do)
-/// and checks it against `oracle`. A stepwise oracle (the model) runs the
-/// lockstep case runner; otherwise the oracle draws the trace
-/// ([`Judge::draw`]: the relations shape it into their domains) and checks
-/// it whole, its coverage labelled from the model alone and what each
-/// relation judged counted.
-pub fn run_case(
-    profile: usize,
-    runner: &mut TestRunner,
-    max_ops: usize,
-    subject: &SubjectSpec,
-    oracle: &Oracle,
-) -> Result<CaseOutcome, CaseError> {
-    if oracle.stepwise() {
-        return CASE_RUNNERS[profile](runner, max_ops, subject);
-    }
-    let (config, ops) = oracle.draw(profile, runner, max_ops, subject)?;
-    let mut work = Work::default();
-    let divergence = oracle.check_counted(&config, &ops, subject, &mut work)?;
-    let judged = work.cut.as_ref().map_or(ops.len(), |cut| cut.step);
-    Ok(CaseOutcome {
-        ops_checked: judged,
-        coverage: model_coverage(&config, &ops[..judged]),
-        divergence,
-        judged: work.judged,
-        served: crate::engine::machine::served(&config, &ops[..judged]),
-        drawn: ops.len(),
-        cut: work.cut,
-    })
-}
-
-/// The events `ops` reach on the model (what the lockstep driver labels).
-pub fn model_coverage(config: &Config, ops: &[Op]) -> Coverage {
-    let mut coverage = Coverage::default();
-    let Ok(mut model) = Model::new(config) else {
-        return coverage;
-    };
-    for (i, op) in ops.iter().enumerate() {
-        let before = Before::of(&model);
-        let outcome = model.apply(i as u64, op).into();
-        coverage.observe_from(&before, &model, op, &outcome);
-    }
-    coverage
-}
-
-/// The suite of one profile against an oracle that judges whole traces:
-/// `settings.cases` sequences of profile number `index` drawn by the
-/// oracle (seeded like the lockstep suites), each checked whole. The first divergence is minimized against
-/// the same oracle (at most `settings.max_tests` runs), saved under
-/// `settings.failures_dir` and returned as
-/// the message; otherwise the coverage, which must reach `required`.
-pub fn check_cases(
-    profile: &Profile,
-    index: usize,
-    settings: &SuiteSettings,
-    required: &[&str],
-) -> Result<Coverage, crate::engine::machine::SuiteError> {
-    let subject = &settings.subject;
-    let mut runner = TestRunner::new(settings.proptest_config(profile));
-    let mut coverage = Coverage::default();
-    for case in 0..settings.cases {
-        let (config, ops) = settings
-            .oracle
-            .draw(index, &mut runner, settings.max_ops, subject)?;
-        let found = settings
-            .oracle
-            .check(&config, &ops, subject)
-            .map_err(|source| crate::engine::machine::SuiteError::NotChecked {
-                profile: profile.name,
-                source,
-            })?;
-        coverage.merge(&model_coverage(&config, &ops));
-        let Some(found) = found else { continue };
-        let trace = found.trace.clone();
-        let small = minimize_with(
-            &trace,
-            subject.clone(),
-            &settings.oracle,
-            settings.max_tests,
-        )
-        .map(|m| m.divergence)
-        .unwrap_or(found);
-        let mut small = small;
-        let saved = small
-            .save_in(&settings.failures_dir)
-            .map(|path| path.display().to_string());
-        return Err(crate::engine::machine::SuiteError::OracleDiverged {
-            profile: profile.name,
-            case,
-            cases: settings.cases,
-            subject: subject.name(&config),
-            oracle: settings.oracle.to_string(),
-            divergence: small,
-            trace: saved.unwrap_or_else(|e| format!("(not saved: {e})")),
-        });
-    }
-    let missing = coverage.missing(required);
-    if !missing.is_empty() {
-        return Err(crate::engine::machine::SuiteError::EventsMissed {
-            profile: profile.name,
-            cases: settings.cases,
-            missing: missing.iter().map(|e| e.to_string()).collect(),
-            coverage: None,
-        });
-    }
-    Ok(coverage)
 }

@@ -10,7 +10,7 @@ use super::{Judge, Oracle};
 use crate::check::divergence::Divergence;
 use crate::check::lockstep::{Cut, Lockstep, SetupError};
 use crate::check::trace::OracleTag;
-use crate::engine::relation::{NotChecked, OracleError, Work};
+use crate::engine::relation::{NotChecked, OracleError, Walked, Work};
 use crate::subject::SubjectSpec;
 
 /// The reference model, op by op (`model`).
@@ -57,10 +57,25 @@ impl Judge for ModelJudge {
             Err(e) => return Err(NotChecked::Setup(e.to_string())),
         };
         lockstep.capabilities().supports_trace(config, ops)?;
-        let result = lockstep.run(ops).err();
+        let mut divergence = None;
+        for op in ops {
+            if let Err(found) = lockstep.step(op) {
+                divergence = Some(found);
+                break;
+            }
+            // Nothing from the cut on is judged, so nothing there can matter.
+            if lockstep.cut().is_some() {
+                break;
+            }
+        }
         work.runs += 1;
         work.ops += lockstep.judged();
         work.cut = lockstep.cut().cloned();
-        Ok(result)
+        work.walked = Some(Walked {
+            judged: lockstep.judged(),
+            served: lockstep.served(),
+            coverage: lockstep.coverage().clone(),
+        });
+        Ok(divergence)
     }
 }

@@ -5,15 +5,18 @@
 //! kind, `self:M9` or `self:I2` one check. Cases are shaped into the
 //! relations' domains before they are checked ([`domain`]).
 
+use std::sync::Arc;
+
 use kvmodel::{Config, Op};
 use proptest::test_runner::TestRunner;
 
 use super::{Judge, Oracle};
 use crate::check::divergence::{Divergence, DivergenceKind};
+use crate::check::relation::Relation;
 use crate::check::trace::OracleTag;
-use crate::engine::machine::CaseError;
-use crate::engine::relation::{self, domain, Finding, NotChecked, OracleError, Relation, Work};
-use crate::subject::SubjectSpec;
+use crate::engine::relation::{self, domain, Finding, NotChecked, OracleError, Work};
+use crate::engine::strategy::{Case, DrawError, Profile};
+use crate::subject::{Capabilities, SubjectSpec};
 
 /// Which self checks a [`RelationsJudge`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,18 +127,12 @@ impl Judge for RelationsJudge {
 
     fn draw(
         &self,
-        profile: usize,
+        profile: &'static Profile,
+        capabilities: &Arc<Capabilities>,
         runner: &mut TestRunner,
         max_ops: usize,
-        subject: &SubjectSpec,
-    ) -> Result<(Config, Vec<Op>), CaseError> {
-        let capabilities = subject
-            .capabilities()
-            .map_err(|source| CaseError::Capabilities {
-                subject: subject.to_string(),
-                source,
-            })?;
-        domain::draw(profile, runner, max_ops, subject, &capabilities)
+    ) -> Result<Case, DrawError> {
+        domain::draw(profile, capabilities, runner, max_ops)
     }
 
     fn relations(&self) -> Vec<Relation> {

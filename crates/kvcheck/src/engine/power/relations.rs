@@ -11,17 +11,20 @@
 //! one, and that break no rule one run can be judged by without the
 //! model.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvcache::fault::CacheFault;
 
 use crate::check::divergence::DivergenceKind;
+use crate::check::relation::Relation;
 use crate::engine::minimize::minimize_with;
 use crate::engine::oracle::Oracle;
 use crate::engine::power::{profile_runners, Target};
 use crate::engine::relation::domain::draw;
-use crate::engine::relation::{check, Relation, Work};
+use crate::engine::relation::{check, Work};
 use crate::engine::replay::replay_with;
+use crate::engine::strategy::{Case, PROFILES};
 use crate::subject::SubjectSpec;
 
 /// Candidates the minimizer may try per catch.
@@ -96,7 +99,7 @@ pub fn catch_on(
         replayed: None,
         note: String::new(),
     };
-    let Ok(capabilities) = subject.capabilities() else {
+    let Ok(capabilities) = subject.capabilities().map(Arc::new) else {
         row.note = "no capabilities".into();
         return row;
     };
@@ -105,13 +108,12 @@ pub fn catch_on(
         for (slot, &profile) in selected.iter().enumerate() {
             row.cases += 1;
             let drawn = draw(
-                profile,
+                &PROFILES[profile],
+                &capabilities,
                 &mut runners[slot],
                 max_ops,
-                &subject,
-                &capabilities,
             );
-            let Ok((config, ops)) = drawn else {
+            let Ok(Case { config, ops }) = drawn else {
                 continue;
             };
             let found = check(&config, &ops, &subject, relations, instances, &mut row.work);

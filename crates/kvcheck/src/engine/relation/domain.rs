@@ -16,24 +16,26 @@
 //! the one checked and saved. M1 and M8 need no shaping: they are
 //! projected onto every trace where they are applied ([`super::transform`]).
 
+use std::sync::Arc;
+
 use kvmodel::{Config, Model, Op, Variant, Write};
 use proptest::prelude::Rng;
 use proptest::test_runner::TestRunner;
 
-use crate::engine::machine::{CaseError, CASE_DRAWS};
-use crate::subject::{Capabilities, SubjectSpec};
+use crate::engine::strategy::{self, Case, DrawError, Profile};
+use crate::subject::Capabilities;
 
-/// Draws case `profile` from `runner` as every engine does
-/// ([`CASE_DRAWS`]) and [`shape`]s it for the relations.
+/// Draws a case of `profile` from `runner` as every engine does
+/// ([`strategy::draw`]) and [`shape`]s it for the relations.
 pub fn draw(
-    profile: usize,
+    profile: &'static Profile,
+    capabilities: &Arc<Capabilities>,
     runner: &mut TestRunner,
     max_ops: usize,
-    subject: &SubjectSpec,
-    capabilities: &Capabilities,
-) -> Result<(Config, Vec<Op>), CaseError> {
-    let (config, ops) = CASE_DRAWS[profile](runner, max_ops, subject)?;
-    Ok(shape(runner, config, ops, capabilities))
+) -> Result<Case, DrawError> {
+    let case = strategy::draw(profile, capabilities, runner, max_ops)?;
+    let (config, ops) = shape(runner, case.config, case.ops, capabilities);
+    Ok(Case { config, ops })
 }
 
 /// `config` and `ops` shaped into the relations' domains (see the module

@@ -35,7 +35,7 @@ use kvmodel::{Config, Op};
 use crate::check::divergence::{Divergence, DivergenceKind};
 use crate::check::lockstep::Cut;
 use crate::check::record::{observe, Plan, Seen, Transcript};
-pub use crate::check::relation::Relation;
+use crate::check::relation::Relation;
 use crate::check::trace::{OracleTag, Trace};
 use crate::engine::invariant::first_violation;
 use crate::subject::{SubjectError, SubjectSpec, Unsupported};
@@ -43,7 +43,7 @@ use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
 pub use finding::{Finding, Side};
 use transform::{instances, Pair, Part};
-pub use work::{Judged, Work};
+pub use work::{Judged, Walked, Work};
 
 /// Why a trace could not be checked at all (not a divergence).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,7 +56,7 @@ pub enum NotChecked {
     Setup(String),
 }
 
-pub use crate::check::record::ObserveError;
+use crate::check::record::ObserveError;
 
 /// Why an oracle form does not parse
 /// ([`Oracle::parse`](crate::engine::oracle::Oracle::parse)), or a trace's

@@ -12,8 +12,8 @@ use kvmodel::{Op, Variant};
 mod build;
 mod parts;
 
-use super::Relation;
 use crate::check::record::{Plan, Transcript};
+use crate::check::relation::Relation;
 use crate::subject::{Capabilities, Feature, OpKind};
 use build::build;
 use parts::*;

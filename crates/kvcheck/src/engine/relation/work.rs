@@ -1,6 +1,7 @@
 //! The work a relation check did: runs, ops, and what each relation
 //! judged.
 
+use crate::check::coverage::Coverage;
 use crate::check::lockstep::Cut;
 use crate::check::relation::Relation;
 
@@ -19,6 +20,23 @@ pub struct Work {
     pub cut: Option<Cut>,
     /// Transformed runs left out because they left the subject's domain.
     pub instances_cut: usize,
+    /// What the lockstep driver recorded of the checked run, when the
+    /// judge stepped it op by op against the model (none for a judge that
+    /// checks traces whole).
+    pub walked: Option<Walked>,
+}
+
+/// What the lockstep driver recorded of one run it stepped against the
+/// model.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Walked {
+    /// Ops judged: up to and including a diverging one, none from a cut on.
+    pub judged: usize,
+    /// Judged ops the subject served with state
+    /// ([`Lockstep::served`](crate::check::lockstep::Lockstep::served)).
+    pub served: usize,
+    /// The events the judged ops reached.
+    pub coverage: Coverage,
 }
 
 /// Per relation (indexed like [`Relation::ALL`]): the traces it judged

@@ -23,14 +23,14 @@ use indicatif::ProgressBar;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 
 use super::jobs::case_seed;
-use super::Shard;
 use crate::check::coverage::Coverage;
 use crate::check::divergence::Divergence;
-use crate::engine::machine::CaseError;
-use crate::engine::oracle::{run_case, Oracle};
+use crate::engine::case::{draw_and_run, CaseError};
+use crate::engine::oracle::Oracle;
 use crate::engine::relation::Judged;
 use crate::engine::strategy::PROFILES;
 use crate::engine::triage::Triage;
+use crate::report::shard::Shard;
 use crate::report::DomainTally;
 use crate::subject::SubjectSpec;
 
@@ -266,8 +266,8 @@ impl Campaign {
                 ..ProptestConfig::default()
             });
             let case_started = Instant::now();
-            let outcome = match run_case(
-                profile,
+            let outcome = match draw_and_run(
+                &PROFILES[profile],
                 &mut runner,
                 self.max_ops,
                 &self.subject,

@@ -6,6 +6,5 @@
 pub mod campaign;
 pub mod jobs;
 
-pub use crate::report::shard::{Shard, ShardError};
 pub use campaign::{Campaign, CampaignError, CampaignOutcome, Found, ProfileTally};
 pub use jobs::{case_seed, parse_jobs, InvalidJobs};

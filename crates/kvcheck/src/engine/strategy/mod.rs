@@ -13,8 +13,10 @@
 //! never generated, and [`profile_configs`] keeps only the configurations
 //! it can open.
 
+mod case;
 mod ops;
 mod profile;
 
+pub use case::*;
 pub use ops::*;
 pub use profile::*;

@@ -18,8 +18,7 @@ mod signature;
 
 use std::path::Path;
 
-pub use crate::report::findings::{findings_table, merge_findings, FindingReport};
-pub use signature::TriageSignature;
+use crate::report::findings::{FindingReport, TriageSignature};
 
 use crate::check::divergence::Divergence;
 use crate::engine::minimize::minimize_keeping;

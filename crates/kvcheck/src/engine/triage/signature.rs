@@ -16,7 +16,7 @@ use kvmodel::{Config, Model, Op, Outcome};
 
 use crate::check::divergence::{Divergence, DivergenceKind, RowSource};
 
-pub use crate::report::findings::TriageSignature;
+use crate::report::findings::TriageSignature;
 
 impl TriageSignature {
     /// The signature of `divergence`.

@@ -3,9 +3,9 @@
 
 use kvmodel::{Op, Trim, Write};
 
-use super::super::Relation;
 use super::parts::*;
 use crate::check::record::{Payload, Plan, Salt, Step, Transcript, FRESH_SOURCE};
+use crate::check::relation::Relation;
 
 /// Whether the view of a write in the transformed run can be compared
 /// with the view of the same request in the other run when the two read

@@ -6,8 +6,8 @@ use std::ops::Range;
 
 use kvmodel::{Op, Quant, Trim, Variant, Write};
 
-use super::super::Relation;
 use crate::check::record::{Plan, Step, Transcript, FRESH_SOURCE};
+use crate::check::relation::Relation;
 
 /// How an original step's observation is compared with a transformed one.
 #[derive(Clone, Debug, PartialEq, Eq)]

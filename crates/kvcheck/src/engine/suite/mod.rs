@@ -33,13 +33,18 @@ use kvmodel::Config;
 use crate::check::coverage::Coverage;
 use crate::check::trace::{Trace, TraceError};
 use crate::engine::explore::Explorer;
-use crate::engine::machine::{SuiteError, SuiteSettings, SuiteSettingsError, SUITES};
 use crate::engine::minimize::{minimize_with, MinimizeError, Minimized};
 use crate::engine::oracle::Oracle;
 use crate::engine::relation::OracleError;
 use crate::engine::strategy::{profile_support, PROFILES};
 use crate::settings::DEFAULT_MAX_TESTS;
 use crate::subject::{Capabilities, Factory, SubjectFailure, SubjectSpec};
+
+mod profile_suite;
+
+pub use profile_suite::{
+    check_profile, failure_path, SuiteDivergence, SuiteError, SuiteSettings, SuiteSettingsError,
+};
 
 impl From<Factory> for SubjectSpec {
     fn from(factory: Factory) -> SubjectSpec {
@@ -121,10 +126,12 @@ pub fn check_subject(
         subject: subject.name(&Config::dense(1)),
         ..SuiteReport::default()
     };
-    for (profile, suite) in PROFILES.iter().zip(SUITES) {
+    for profile in PROFILES {
         match profile_support(profile, &capabilities) {
             Err(why) => report.skipped.push((profile.name, why.what)),
-            Ok(()) => report.ran.push((profile.name, suite(&settings)?)),
+            Ok(()) => report
+                .ran
+                .push((profile.name, check_profile(profile, &settings)?)),
         }
     }
     Ok(report)
