@@ -24,7 +24,8 @@
 use std::time::{Duration, Instant};
 
 use kvcheck::engine::oracle::Oracle;
-use kvcheck::engine::relation::{domain, Work};
+use kvcheck::engine::oracle::Work;
+use kvcheck::engine::relation::domain;
 use kvcheck::engine::strategy::{Case, PROFILES};
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;

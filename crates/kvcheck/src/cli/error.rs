@@ -7,7 +7,7 @@ use kvcache::fault::{CacheFault, FaultBase};
 use kvcheck::check::lockstep::SetupError;
 use kvcheck::check::trace::TraceError;
 use kvcheck::engine::minimize::MinimizeError;
-use kvcheck::engine::relation::{NotChecked, OracleEnvError, OracleError};
+use kvcheck::engine::oracle::{NotChecked, OracleEnvError, OracleError};
 use kvcheck::engine::scale::CampaignError;
 use kvcheck::engine::suite::SaveError;
 use kvcheck::report::shard::Shard;

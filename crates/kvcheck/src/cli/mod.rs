@@ -255,7 +255,7 @@ impl SubjectArgs {
     pub fn oracle_for(
         &self,
         trace: &mut kvcheck::check::trace::Trace,
-    ) -> Result<kvcheck::engine::oracle::Oracle, kvcheck::engine::relation::OracleError> {
+    ) -> Result<kvcheck::engine::oracle::Oracle, kvcheck::engine::oracle::OracleError> {
         let oracle = match &self.oracle {
             Some(_) => self.oracle(),
             // The oracle a trace names runs with the settings (its subject's

@@ -17,7 +17,7 @@ use crate::check::coverage::{Before, Coverage};
 use crate::check::divergence::Divergence;
 use crate::check::lockstep::Cut;
 use crate::engine::oracle::Oracle;
-use crate::engine::relation::{Judged, NotChecked, Work};
+use crate::engine::oracle::{Judged, NotChecked, Work};
 use crate::engine::strategy::{Case, DrawError, Profile};
 use crate::subject::{Capabilities, SubjectFailure, SubjectSpec};
 

@@ -10,7 +10,7 @@ use crate::check::divergence::{describe_outcome, Divergence};
 use crate::check::lockstep::Cut;
 use crate::check::trace::Trace;
 use crate::engine::oracle::Oracle;
-use crate::engine::relation::{NotChecked, Work};
+use crate::engine::oracle::{NotChecked, Work};
 use crate::subject::SubjectSpec;
 
 /// The first step whose model outcome differs from the trace's `expect`.

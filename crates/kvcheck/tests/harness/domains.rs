@@ -18,7 +18,7 @@ use kvcheck::check::lockstep::Lockstep;
 use kvcheck::engine::case::draw_and_run;
 use kvcheck::engine::minimize::minimize;
 use kvcheck::engine::oracle::Oracle;
-use kvcheck::engine::relation::Work;
+use kvcheck::engine::oracle::Work;
 use kvcheck::engine::strategy::PROFILES;
 use kvcheck::engine::suite::SuiteSettings;
 use kvcheck::subject::domain::Rewrites;

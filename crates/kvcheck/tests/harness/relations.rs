@@ -4,7 +4,8 @@
 
 use kvcheck::check::relation::Relation;
 use kvcheck::engine::case::draw;
-use kvcheck::engine::relation::{check, domain, Work};
+use kvcheck::engine::oracle::Work;
+use kvcheck::engine::relation::{check, domain};
 use kvcheck::engine::strategy::{Case, PROFILES};
 use kvcheck::settings::DEFAULT_INSTANCES;
 use kvcheck::subject::SubjectSpec;

@@ -329,6 +329,55 @@ fn parallel_failing_suites_keep_their_own_traces() {
     }
 }
 
+/// A suite's failure holds the structured divergence, whichever oracle
+/// judged it: shrunk by proptest against the model, minimized against the
+/// relations; in both, the saved trace fails again the same way.
+#[test]
+fn a_failing_suite_returns_the_divergence_it_saved() {
+    use kvcheck::check::trace::Trace;
+    use kvcheck::engine::minimize::Signature;
+    use kvcheck::engine::oracle::Oracle;
+    use kvcheck::engine::strategy::profile;
+    use kvcheck::engine::suite::{check_profile, SuiteError, SuiteSettings};
+    let dir = scratch("suite-structured-divergence");
+    let subject = SubjectSpec::Fault(Fault::StaleRewrite);
+    for oracle in [Oracle::model(), Oracle::relations(None)] {
+        let settings = SuiteSettings {
+            cases: 64,
+            max_ops: 24,
+            seed: Some(5),
+            subject: subject.clone(),
+            oracle: oracle.clone(),
+            max_tests: 400,
+            failures_dir: dir.clone(),
+        };
+        let error =
+            check_profile(profile("tiny").unwrap(), &settings).expect_err("the fault is found");
+        let SuiteError::Diverged(found) = error else {
+            panic!("not a divergence: {error}");
+        };
+        assert_eq!(found.oracle, oracle.to_string());
+        assert_eq!(found.profile, "tiny");
+        assert!(found.case >= 1 && found.case <= 64, "case {}", found.case);
+        let saved = found.trace.as_ref().expect("the trace is saved");
+        assert!(saved.starts_with(&dir), "{}", saved.display());
+        let trace = Trace::load(saved).expect("a whole trace");
+        assert_eq!(trace.ops.len(), found.ops, "{found}");
+        let again = oracle
+            .check(&trace.config, &trace.ops, &subject)
+            .expect("the subject runs it")
+            .expect("the saved trace fails again");
+        assert_eq!(
+            Signature::of(&again),
+            Signature::of(&found.divergence),
+            "{found}"
+        );
+        let text = found.to_string();
+        assert!(text.contains(&format!("against oracle {oracle}")), "{text}");
+        assert!(text.contains(&found.divergence.summary()), "{text}");
+    }
+}
+
 #[test]
 fn the_first_divergence_stops_the_run_and_is_minimized_once() {
     let dir = scratch("scale-first-divergence");

@@ -5,7 +5,7 @@
 use kvcheck::check::divergence::{Divergence, DivergenceKind};
 use kvcheck::check::trace::OracleTag;
 use kvcheck::engine::oracle::{Judge, Oracle};
-use kvcheck::engine::relation::{NotChecked, Work};
+use kvcheck::engine::oracle::{NotChecked, Work};
 use kvcheck::subject::SubjectSpec;
 use kvcheck::{Config, Op};
 

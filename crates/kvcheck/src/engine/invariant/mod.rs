@@ -39,7 +39,7 @@ use kvmodel::{Op, Trim};
 
 use crate::check::record::{Plan, Seen, Transcript, ViewBytes};
 use crate::check::relation::Relation;
-use crate::engine::relation::Judged;
+use crate::engine::oracle::Judged;
 use state::{checked, Derived};
 
 /// Where and how a run breaks an invariant.

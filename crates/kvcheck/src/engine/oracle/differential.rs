@@ -9,7 +9,8 @@ use kvmodel::{Config, Op};
 use super::{Judge, Oracle};
 use crate::check::divergence::Divergence;
 use crate::check::trace::OracleTag;
-use crate::engine::relation::{self, Finding, NotChecked, OracleError, Work};
+use crate::engine::oracle::{NotChecked, OracleError, Work};
+use crate::engine::relation::{self, Finding};
 use crate::subject::SubjectSpec;
 
 /// The subject `other` as the judge.

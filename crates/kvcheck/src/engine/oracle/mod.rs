@@ -21,8 +21,13 @@
 //! as [`Oracle::new`] without any line here.
 
 pub mod differential;
+mod error;
 pub mod model;
 pub mod relations;
+mod work;
+
+pub use error::{NotChecked, OracleEnvError, OracleError};
+pub use work::{Judged, Walked, Work};
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,7 +39,7 @@ use proptest::test_runner::TestRunner;
 use crate::check::divergence::Divergence;
 use crate::check::relation::Relation;
 use crate::check::trace::{OracleKind, OracleTag};
-use crate::engine::relation::{self, Finding, NotChecked, OracleEnvError, Work};
+use crate::engine::relation::Finding;
 use crate::engine::strategy::{self, Case, DrawError, Profile};
 use crate::settings::Settings;
 use crate::subject::{Capabilities, SubjectSpec};
@@ -162,7 +167,7 @@ pub const PARSERS: [Parser; 3] = [model::parse, relations::parse, differential::
 
 /// An oracle's parser: the oracle a form names, `None` for a form it does
 /// not know.
-pub type Parser = fn(&str) -> Option<Result<Oracle, relation::OracleError>>;
+pub type Parser = fn(&str) -> Option<Result<Oracle, OracleError>>;
 
 impl Oracle {
     /// An oracle judged by `judge` (a judge of another crate included).
@@ -200,13 +205,13 @@ impl Oracle {
     /// Parses `model`, `self`, `relations`, `invariants`, `self:M9` (or
     /// `self:refusal-pure`, `self:I2`), or any
     /// form [`SubjectSpec::parse`] takes ([`PARSERS`]).
-    pub fn parse(text: &str) -> Result<Oracle, relation::OracleError> {
+    pub fn parse(text: &str) -> Result<Oracle, OracleError> {
         let text = text.trim();
         PARSERS
             .iter()
             .find_map(|parse| parse(text))
             .unwrap_or_else(|| {
-                Err(relation::OracleError::UnknownRelation {
+                Err(OracleError::UnknownRelation {
                     name: text.to_string(),
                 })
             })
@@ -215,14 +220,14 @@ impl Oracle {
     /// The oracle a trace's `oracle` field names, with the default
     /// options (an entry point configures it, see
     /// [`Oracle::with_settings`]).
-    pub fn of_tag(tag: &OracleTag) -> Result<Oracle, relation::OracleError> {
+    pub fn of_tag(tag: &OracleTag) -> Result<Oracle, OracleError> {
         match tag.kind {
             OracleKind::SelfCheck => Ok(Oracle::relations(tag.relation)),
             OracleKind::Subject => {
                 let subject = tag.subject.as_deref().unwrap_or_default();
                 SubjectSpec::parse(subject)
                     .map(Oracle::subject)
-                    .map_err(relation::OracleError::TraceSubject)
+                    .map_err(OracleError::TraceSubject)
             }
         }
     }
@@ -230,10 +235,7 @@ impl Oracle {
     /// The oracle to check a trace with: `chosen` when the command line or
     /// the settings chose one other than the model, else the one the
     /// trace names ([`Oracle::of_tag`]), else the model.
-    pub fn for_trace(
-        chosen: &Oracle,
-        tag: Option<&OracleTag>,
-    ) -> Result<Oracle, relation::OracleError> {
+    pub fn for_trace(chosen: &Oracle, tag: Option<&OracleTag>) -> Result<Oracle, OracleError> {
         match tag {
             Some(tag) if chosen.is_default() => Oracle::of_tag(tag),
             _ => Ok(chosen.clone()),
@@ -390,9 +392,9 @@ impl fmt::Display for Oracle {
 }
 
 impl std::str::FromStr for Oracle {
-    type Err = relation::OracleError;
+    type Err = OracleError;
 
-    fn from_str(text: &str) -> Result<Oracle, relation::OracleError> {
+    fn from_str(text: &str) -> Result<Oracle, OracleError> {
         Oracle::parse(text)
     }
 }

@@ -10,7 +10,7 @@ use super::{Judge, Oracle};
 use crate::check::divergence::Divergence;
 use crate::check::lockstep::{Cut, Lockstep, SetupError};
 use crate::check::trace::OracleTag;
-use crate::engine::relation::{NotChecked, OracleError, Walked, Work};
+use crate::engine::oracle::{NotChecked, OracleError, Walked, Work};
 use crate::subject::SubjectSpec;
 
 /// The reference model, op by op (`model`).

@@ -14,7 +14,8 @@ use super::{Judge, Oracle};
 use crate::check::divergence::{Divergence, DivergenceKind};
 use crate::check::relation::Relation;
 use crate::check::trace::OracleTag;
-use crate::engine::relation::{self, domain, Finding, NotChecked, OracleError, Work};
+use crate::engine::oracle::{NotChecked, OracleError, Work};
+use crate::engine::relation::{self, domain, Finding};
 use crate::engine::strategy::{Case, DrawError, Profile};
 use crate::subject::{Capabilities, SubjectSpec};
 

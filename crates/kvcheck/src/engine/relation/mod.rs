@@ -28,67 +28,22 @@ mod explain;
 mod finding;
 
 pub mod transform;
-mod work;
 
 use kvmodel::{Config, Op};
 
 use crate::check::divergence::{Divergence, DivergenceKind};
 use crate::check::lockstep::Cut;
+use crate::check::record::ObserveError;
 use crate::check::record::{observe, Plan, Seen, Transcript};
 use crate::check::relation::Relation;
 use crate::check::trace::{OracleTag, Trace};
 use crate::engine::invariant::first_violation;
-use crate::subject::{SubjectError, SubjectSpec, Unsupported};
+use crate::engine::oracle::{NotChecked, Work};
+use crate::subject::{SubjectSpec, Unsupported};
 use compare::{first_mismatch, Compared, Mismatch};
 pub use explain::render;
 pub use finding::{Finding, Side};
 use transform::{instances, Pair, Part};
-pub use work::{Judged, Walked, Work};
-
-/// Why a trace could not be checked at all (not a divergence).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotChecked {
-    /// The trace needs a capability a subject lacks: a skip.
-    #[error(transparent)]
-    Unsupported(#[from] Unsupported),
-    /// A subject could not be asked, opened or run.
-    #[error("{0}")]
-    Setup(String),
-}
-
-use crate::check::record::ObserveError;
-
-/// Why an oracle form does not parse
-/// ([`Oracle::parse`](crate::engine::oracle::Oracle::parse)), or a trace's
-/// `oracle` field names no oracle
-/// ([`Oracle::of_tag`](crate::engine::oracle::Oracle::of_tag)).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum OracleError {
-    /// `self:NAME` where `NAME` is no relation's id or name.
-    #[error(
-        "unknown relation {name:?}: expected one of {}",
-        Relation::ALL.map(Relation::id).join(", ")
-    )]
-    UnknownRelation {
-        /// The relation named.
-        name: String,
-    },
-    /// Neither `model`, `self`, `self:RELATION` nor a subject form.
-    #[error("not model, self, self:RELATION or a subject: {0}")]
-    NotAnOracle(#[source] SubjectError),
-    /// A trace's `oracle` field names a subject that does not parse.
-    #[error(transparent)]
-    TraceSubject(SubjectError),
-}
-
-/// `KVCHECK_ORACLE` holds something
-/// [`Oracle::parse`](crate::engine::oracle::Oracle::parse) refuses.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("KVCHECK_ORACLE: {source}")]
-pub struct OracleEnvError {
-    /// Why the value does not parse.
-    pub source: OracleError,
-}
 
 /// Runs `ops` on `subject`, judges the invariants among `relations` on
 /// that run ([`crate::engine::invariant`], no second run), then runs every

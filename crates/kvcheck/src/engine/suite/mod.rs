@@ -35,7 +35,7 @@ use crate::check::trace::{Trace, TraceError};
 use crate::engine::explore::Explorer;
 use crate::engine::minimize::{minimize_with, MinimizeError, Minimized};
 use crate::engine::oracle::Oracle;
-use crate::engine::relation::OracleError;
+use crate::engine::oracle::OracleError;
 use crate::engine::strategy::{profile_support, PROFILES};
 use crate::settings::DEFAULT_MAX_TESTS;
 use crate::subject::{Capabilities, Factory, SubjectFailure, SubjectSpec};

@@ -35,7 +35,7 @@ use crate::check::trace::Trace;
 use crate::engine::case::{self, run_case, CaseError};
 use crate::engine::minimize::minimize_with;
 use crate::engine::oracle::Oracle;
-use crate::engine::relation::{NotChecked, OracleEnvError};
+use crate::engine::oracle::{NotChecked, OracleEnvError};
 use crate::engine::strategy::{
     profile_support, required_events, sequences, Case, DrawError, Profile,
 };

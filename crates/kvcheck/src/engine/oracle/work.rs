@@ -1,11 +1,12 @@
-//! The work a relation check did: runs, ops, and what each relation
-//! judged.
+//! The work a judge did on a trace: runs, ops, what each relation
+//! judged, and what the lockstep driver recorded of a stepped run.
 
 use crate::check::coverage::Coverage;
 use crate::check::lockstep::Cut;
 use crate::check::relation::Relation;
 
-/// What [`check`](super::check) did, for callers that count work.
+/// What a judge ([`Oracle::check_counted`](super::Oracle::check_counted))
+/// did, for callers that count work.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Work {
     /// Runs of the subject (the original and every transformed one).
