@@ -24,10 +24,8 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from reference_subject import Cache, parse_config  # noqa: E402
-from kvtrace_replay import Subject, full_config  # noqa: E402
+from reference_subject import Cache, parse_config
+from kvtrace_replay import Subject, full_config
 
 
 ALL = {"variants": ["dense", "packed"], "features": ["recent_window", "global_sink"]}

@@ -23,15 +23,12 @@ representable in the dtype, so a row betrays which write it came from.
 import argparse
 import base64
 import json
-import os
 import shlex
 import struct
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from reference_subject import DTYPE_SIZE, cold_round_trip, encode_row  # noqa: E402
+from reference_subject import DTYPE_SIZE, cold_round_trip, encode_row
 
 PROTOCOL = "kvcheck-subject/1"
 

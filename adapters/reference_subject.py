@@ -30,11 +30,17 @@ import sys
 
 try:
     import kvcheck
-except ImportError:  # run from a checkout: the package lives in python/
+except ImportError:
+    # The adapters' one bootstrap: this subject runs from a bare checkout
+    # with nothing but `python3` (kvcheck's own tests, `kvcheck run
+    # --subject exec:'python3 adapters/reference_subject.py'`), so it finds
+    # the package beside it. Every other adapter runs in a venv whose
+    # setup.sh put python/ on its path (adapters/setup-kit.sh, kit_venv).
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import kvcheck
+from kvcheck import adapter as kit
 from kvcheck.subject import Session as _Session
-from kvcheck.subject import exception, serve
+from kvcheck.subject import exception, serve  # noqa: F401  (the scripts that wrap this one use them)
 
 MAX_ELEMENTS = 1 << 31
 
@@ -788,10 +794,5 @@ class Session(_Session):
         return self.subject.cache
 
 
-def main(argv=None):
-    serve(Reference.from_args(sys.argv[1:] if argv is None else argv))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.main(__file__, "Reference"))

@@ -16,7 +16,10 @@
 # The venv:
 #   kit_venv VENV
 #       creates VENV with $PYTHON (default python3) unless it exists; sets
-#       `vpy` to its interpreter.
+#       `vpy` to its interpreter; puts this checkout's python/ (the kvcheck
+#       package: kvcheck.Subject, the adapter kit kvcheck.adapter) on the
+#       venv's path with the file kvcheck-checkout.pth, so that the
+#       adapters import kvcheck without a sys.path line of their own.
 #   torch_venv VENV TORCH_VERSION
 #       kit_venv, then installs torch==TORCH_VERSION and numpy unless that
 #       torch is installed, from $TORCH_INDEX when set (an index serving CPU
@@ -105,7 +108,10 @@
 #       changes; then writes the marker $venv/KVCHECK_<PREFIX>_READY: that
 #       line, `src:`, `commit:`, `patch:` and the installed version of each
 #       DIST, which the adapter's subject and opt-in tests read
-#       (adapters/subject_support.py, Checkout), and the closing line.
+#       (kvcheck.adapter.Checkout, python/kvcheck/adapter.py), and the closing line.
+
+# The checkout this kit belongs to (adapters/..).
+kit_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 kit_venv() {
     if [ ! -x "$1/bin/python" ]; then
@@ -113,6 +119,16 @@ kit_venv() {
         "${PYTHON:-python3}" -m venv "$1"
     fi
     vpy="$1/bin/python"
+    # A .pth line is appended to sys.path after site-packages: a kvcheck
+    # wheel installed in the venv still wins over the checkout's sources.
+    "$vpy" - "$kit_root/python" <<'PY'
+import os
+import sys
+import sysconfig
+
+with open(os.path.join(sysconfig.get_paths()["purelib"], "kvcheck-checkout.pth"), "w") as f:
+    f.write(sys.argv[1] + "\n")
+PY
 }
 
 torch_venv() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Random kvtrace/1 traces of what a diffusers video pipeline asks of its cache.
 
-    python3 adapters/diffusers/pipeline_protocol.py --cache sana-wm-refiner --count 300 --seed 1 --out DIR
-    python3 adapters/diffusers/pipeline_protocol.py --cache anyflow-far --count 100 --seed 1 --out DIR
+    PYTHONPATH=python python3 adapters/diffusers/pipeline_protocol.py --cache sana-wm-refiner --count 300 --seed 1 --out DIR
+    PYTHONPATH=python python3 adapters/diffusers/pipeline_protocol.py --cache anyflow-far --count 100 --seed 1 --out DIR
 
 `sana-wm-refiner`: `SanaWMLTX2Refiner.__call__` with `sink_size` S in 1..3
 (`--sink-min 0` admits 0), `block_size` b in 1..4 and `kv_max_frames` =
@@ -27,8 +27,7 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pipeline_kit.traces import random_config  # noqa: E402
+from kvcheck.pipeline.traces import random_config
 
 
 def config(rng, capacity, sink, growth=False):

@@ -85,15 +85,11 @@ import os
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+import kvcheck
+import kvcheck.serve
+from kvcheck.adapter import Background
 
-import kvcheck  # noqa: E402
-import kvcheck.serve  # noqa: E402
-import loader  # noqa: E402
-from subject_support import Background  # noqa: E402
+import loader
 
 # The distilled schedule of refiner.py; only the timestep embedding sees it.
 SIGMAS = (0.909375, 0.725, 0.421875, 0.0)

@@ -5,7 +5,7 @@
     python adapters/fastvideo/subject.py --model lingbot-world2 [--layers 2]
     python adapters/fastvideo/subject.py --model dreamx-world [--layers 2]
 
-The shape, and how kvtrace ops drive it, is adapters/pipeline_kit/shape.py;
+The shape, and how kvtrace ops drive it, is kvcheck.pipeline.shape;
 this file says where fastvideo (0.2.1 by default, adapters/fastvideo/setup.sh)
 keeps it. Nothing of fastvideo is imported (the package pulls in a
 distributed runtime and compiled kernels): the files are parsed and their
@@ -58,13 +58,10 @@ import os
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTERS = os.path.dirname(HERE)
-sys.path.insert(0, ADAPTERS)
-sys.path.insert(0, os.path.join(os.path.dirname(ADAPTERS), "python"))
+from kvcheck.pipeline import serving, shape, source
+from kvcheck.pipeline.source import module_constant, starts
 
-from pipeline_kit import serving, shape, source  # noqa: E402
-from pipeline_kit.source import module_constant, starts  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_VERSION = "0.2.1"
 WAN_PATCH = (1, 2, 2)  # WanVideoConfig's patch_size

@@ -62,23 +62,12 @@ window below the capacity) are opened: `kvcheck run --profile growth`.
         [--questions N]
 """
 
-import argparse
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import kvcheck
-except ImportError:  # a checkout without the wheel installed: the package's sources
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-    import kvcheck
-# adapters/ only while subject_support is imported: its folders are named
-# after the libraries they wrap, and a library that probes for an optional
-# one (optimum-quanto looks for diffusers) would find the folder instead.
-sys.path.append(os.path.dirname(HERE))
-from subject_support import FRONT_DOOR_DOMAIN, Conversation, front_door_config  # noqa: E402
-
-sys.path.remove(os.path.dirname(HERE))
+import kvcheck
+from kvcheck import adapter as kit
+from kvcheck.adapter import FRONT_DOOR_DOMAIN, Conversation, front_door_config
 
 VOCAB = 64
 BOS, EOS, PAD, UNK = 0, 1, 2, 3
@@ -210,7 +199,7 @@ class KvpressPipeline(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="pipeline_subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__, "pipeline_subject.py")
         parser.add_argument("--press", choices=PRESSES, default="streaming")
         parser.add_argument("--ratio", type=float, default=0.5,
                             help="the press's compression_ratio, in [0, 1): StreamingLLMPress's, the prefill's of "
@@ -399,11 +388,5 @@ class KvpressPipeline(kvcheck.Subject):
         self.talk.reset()
 
 
-def main(argv=None):
-    from kvcheck.serve import main as serve
-
-    return serve([os.path.abspath(__file__) + ":KvpressPipeline"] + list(sys.argv[1:] if argv is None else argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.main(__file__, "KvpressPipeline"))

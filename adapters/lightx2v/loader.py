@@ -15,7 +15,7 @@ ends, `sink_tokens`, `need_roll`, `num_evicted`, `local_end_idx`,
 import every model and the platform layer, are skipped by registering the
 packages without running them). The transformer module imports the whole
 Wan inference stack, so this module does not import it: it parses the file
-and compiles, unmodified (adapters/pipeline_kit/source.py), the statements of
+and compiles, unmodified (kvcheck.pipeline.source), the statements of
 `infer_self_attn_with_kvcache` from `kv_cache = ...self_attn_kv_cache` to
 `kv_cache.set_ends(...)` (the `store` program) and the two reads of its
 non-sequence-parallel branch (the `read` program). A checkout that lacks
@@ -25,20 +25,18 @@ one is refused with what it could not find.
 import ast
 import importlib
 import os
-import sys
+
+from kvcheck.pipeline import source
+from kvcheck.adapter import Checkout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-from pipeline_kit import source  # noqa: E402
-from subject_support import Checkout  # noqa: E402
 
 ROLLING = os.path.join("lightx2v", "common", "kvcache", "rolling.py")
 INFER = os.path.join("lightx2v", "models", "networks", "wan", "infer", "self_forcing", "transformer_infer.py")
 PACKAGES = ("lightx2v", "lightx2v.common", "lightx2v.common.ops", "lightx2v.common.ops.attn",
             "lightx2v.common.ops.attn.utils", "lightx2v.common.kvcache")
 
-# The checkout setup.sh prepared, or $LIGHTX2V_SRC (subject_support.Checkout).
+# The checkout setup.sh prepared, or $LIGHTX2V_SRC (kvcheck.adapter.Checkout).
 CHECKOUT = Checkout(HERE, "KVCHECK_LIGHTX2V_READY", "LIGHTX2V_SRC", ROLLING, "LightX2V")
 marker_path, is_ready, marker, source_dir = CHECKOUT.marker_path, CHECKOUT.is_ready, CHECKOUT.marker, CHECKOUT.source_dir
 

@@ -15,12 +15,9 @@ Traces carry no `expect`: `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pipeline_kit import traces  # noqa: E402
+from kvcheck.pipeline import traces
 
 
 def trace(rng):

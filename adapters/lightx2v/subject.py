@@ -39,18 +39,14 @@ malformed. Without it no domain is declared and each outside answer cuts
 its case.
 """
 
-import os
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+import kvcheck
+from kvcheck import adapter as kit
+from kvcheck.pipeline import serving
 
-import kvcheck  # noqa: E402
-import loader  # noqa: E402
-from pipeline_kit import serving  # noqa: E402
+import loader
 
 
 class UnknownRows(RuntimeError):
@@ -90,7 +86,7 @@ class LightX2VRollingCache(serving.ChunkLoop, kvcheck.Subject):
         rt = self.rt = self.runtime.ready()
         torch = rt.torch
         self.config = config
-        self.dtype = serving.torch_dtype(torch, config["dtype"])
+        self.dtype = kit.dtype(torch, config["dtype"])
         self.pools = [
             rt.programs.rolling.RollingKVCachePool(self.layers, config["capacity"], config["heads"], config["head_dim"],
                                                    self.dtype, torch.device("cpu"))

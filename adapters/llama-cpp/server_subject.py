@@ -63,7 +63,6 @@ The binary is `--server`, else `$LLAMA_SERVER`, else the one
 adapters/llama-cpp/server-setup.sh installed in the venv.
 """
 
-import argparse
 import json
 import os
 import re
@@ -78,14 +77,10 @@ import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import kvcheck
-except ImportError:  # a checkout without the wheel installed: the package's sources
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-    import kvcheck
-sys.path.insert(0, HERE)
-sys.path.append(os.path.dirname(HERE))
-from subject_support import FRONT_DOOR_DOMAIN, Conversation, front_door_config  # noqa: E402
+
+import kvcheck
+from kvcheck import adapter as kit
+from kvcheck.adapter import FRONT_DOOR_DOMAIN, Conversation, front_door_config
 
 # The tiny models' vocabulary (tinymodel.py, which needs numpy: imported
 # at the first open): <unk>, <s>, </s>, the 256 byte tokens, then plain
@@ -326,7 +321,7 @@ class LlamaCppServer(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="server_subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__, "server_subject.py")
         parser.add_argument("--server", help="the llama-server binary (default $LLAMA_SERVER, else the venv's)")
         parser.add_argument("--model", choices=("llama", "gemma2"), default="llama",
                             help="llama: two full-attention layers; gemma2: layer 0 slides over 4 tokens")
@@ -527,11 +522,5 @@ class LlamaCppServer(kvcheck.Subject):
         self.conversation += 1
 
 
-def main(argv=None):
-    from kvcheck.serve import main as serve
-
-    return serve([os.path.abspath(__file__) + ":LlamaCppServer"] + list(sys.argv[1:] if argv is None else argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.main(__file__, "LlamaCppServer"))

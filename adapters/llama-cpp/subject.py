@@ -70,23 +70,16 @@ application refuses before calling llama.cpp (`ContextFull`).
         [--flash-attn on|off] [--swa-full] [--dtypes f32,f16,bf16] [--settle-shift] [--check-logits]
 """
 
-import argparse
 import bisect
 import ctypes
-import os
 import struct
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-try:
-    import kvcheck
-except ImportError:  # a checkout without the wheel installed: the package's sources
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-    import kvcheck
+import kvcheck
+from kvcheck import adapter as kit
 
-import tinymodel  # noqa: E402
+import tinymodel
 
 STATE_MAGIC = 0xAF143CD8  # io_magic of src/llama-context.cpp
 GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
@@ -265,7 +258,7 @@ class LlamaCpp(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__)
         parser.add_argument("--arch", choices=tinymodel.ARCHS, default="llama",
                             help="llama (full attention; default) or gemma2 (layer 0 slides over the config's window)")
         parser.add_argument("--layers", type=int, default=None, help="layers of the tiny model (default 1 for llama, 2 for gemma2)")
@@ -624,7 +617,7 @@ class LlamaCpp(kvcheck.Subject):
             shape = (c["heads"], c["head_dim"])
             k_view.append([self.rows[b][t][0].reshape(shape) for _, t in cells])
             v_view.append([self.rows[b][t][1].reshape(shape) for _, t in cells])
-        dtype = np.uint16 if c["dtype"] == "bf16" else {"f32": np.float32, "f16": np.float16}[c["dtype"]]
+        dtype = kit.numpy_dtype(np, c["dtype"])
         shape = (c["batch"], len(visible_rows), c["heads"], c["head_dim"])
         k_out = np.array(k_view, dtype=dtype).reshape(shape)
         v_out = np.array(v_view, dtype=dtype).reshape(shape)
@@ -654,11 +647,5 @@ class LlamaCpp(kvcheck.Subject):
         return token
 
 
-def main(argv=None):
-    from kvcheck.serve import main as serve
-
-    return serve([os.path.abspath(__file__) + ":LlamaCpp"] + list(sys.argv[1:] if argv is None else argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.main(__file__, "LlamaCpp"))

@@ -25,8 +25,8 @@ The model file is imported as it is (its package `__init__` files, which
 pull the T5 tokenizer and the VAEs, are skipped by registering the packages
 without running them). The pipeline and wrapper files import the text
 encoder, the VAE and the schedulers at module level, so this module does not
-import them: it parses them and compiles, unmodified (adapters/pipeline_kit/
-source.py), the methods above and the reset loop of `inference`, which the
+import them: it parses them and compiles, unmodified (kvcheck.pipeline.
+source), the methods above and the reset loop of `inference`, which the
 adapter runs on a stand-in `self`. A checkout that lacks one is refused with
 what it could not find.
 """
@@ -36,11 +36,10 @@ import os
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+from kvcheck.pipeline import source
+from kvcheck.adapter import Checkout
 
-from pipeline_kit import source  # noqa: E402
-from subject_support import Checkout  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 PIPELINE = os.path.join("pipeline", "causal_diffusion_inference.py")
 WRAPPER = os.path.join("utils", "wan_5b_wrapper.py")
@@ -56,7 +55,7 @@ PIPELINE_METHODS = (
     "_zero_kv_data",
 )
 
-# The checkout setup.sh prepared, or $LONGLIVE_SRC (subject_support.Checkout).
+# The checkout setup.sh prepared, or $LONGLIVE_SRC (kvcheck.adapter.Checkout).
 CHECKOUT = Checkout(HERE, "KVCHECK_LONGLIVE_READY", "LONGLIVE_SRC", MODEL, "LongLive")
 marker_path, is_ready, marker, source_dir = CHECKOUT.marker_path, CHECKOUT.is_ready, CHECKOUT.marker, CHECKOUT.source_dir
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Random kvtrace/1 traces of what LongLive 2.0's inference loop asks of its cache.
 
-    python3 adapters/longlive/pipeline_protocol.py --count 200 --seed 1 --out DIR [--aligned] [--recache]
+    PYTHONPATH=python python3 adapters/longlive/pipeline_protocol.py --count 200 --seed 1 --out DIR [--aligned] [--recache]
 
 `CausalDiffusionInferencePipeline._inference_inner` with `sink_size` S in
 1..3 and `multi_shot_sink` (so `global_sink_size` = S), `num_frame_per_block`
@@ -25,12 +25,9 @@ Traces carry no `expect`: `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pipeline_kit import traces  # noqa: E402
+from kvcheck.pipeline import traces
 
 
 def trace(rng, aligned, recache):

@@ -26,7 +26,7 @@ attends over `local_attn_size` frames (`max_attention_size`), so the
 window is the capacity: `C = local_attn_size`.
 
 The tiny model, the tap and the chunk loop's requests are the kit's
-(adapters/pipeline_kit/tapped.py); what follows is LongLive's part.
+(kvcheck.pipeline.tapped); what follows is LongLive's part.
 
 **Visible means what attention reads.** The attention tap
 (`kvcheck.torch`) records each block's self-attention call and identifies
@@ -65,11 +65,6 @@ import os
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-
 # The fp64 complex RoPE path (identity freqs keep the rows' bytes) and the
 # eager adaLN (the Triton kernels need CUDA).
 os.environ.setdefault("LLV2_TRITON_ROPE", "0")
@@ -80,9 +75,10 @@ os.environ.setdefault("LLV2_TRITON_ADALN", "0")
 os.environ["LLV2_FREQS_I_CACHE"] = "0"
 
 import kvcheck  # noqa: E402
+from kvcheck.pipeline import serving  # noqa: E402
+from kvcheck.pipeline.tapped import LATENT_CHANNELS, TEXT_DIM, TEXT_TOKENS, TinyWanCache  # noqa: E402
+
 import loader  # noqa: E402
-from pipeline_kit import serving  # noqa: E402
-from pipeline_kit.tapped import LATENT_CHANNELS, TEXT_DIM, TEXT_TOKENS, TinyWanCache  # noqa: E402
 
 MODEL_NAME = "kvcheck-tiny"
 

@@ -28,8 +28,11 @@ import os
 import random
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# This script's one bootstrap: kvcheck's Rust tests (tests/external/mlx_lm.rs)
+# run it with a bare `python3`, no venv and no PYTHONPATH, so it finds
+# adapters/kvtrace_replay.py beside its folder (whose reference_subject.py
+# finds the kvcheck package itself).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kvtrace_replay import full_config  # noqa: E402
 

@@ -43,7 +43,6 @@ SERVER ARGS are `mlx_lm.server` options, passed to its own parser after
 `--` (for example `-- --kv-bits 8 --quantized-kv-start 0`).
 """
 
-import argparse
 import http.client
 import json
 import os
@@ -54,15 +53,9 @@ import threading
 import urllib.error
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import kvcheck
-except ImportError:  # a checkout without the wheel installed: the package's sources
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-    import kvcheck
-# adapters/, last: its folders are named after the libraries they wrap.
-sys.path.append(os.path.dirname(HERE))
-from subject_support import FRONT_DOOR_DOMAIN, Conversation, front_door_config  # noqa: E402
+import kvcheck
+from kvcheck import adapter as kit
+from kvcheck.adapter import FRONT_DOOR_DOMAIN, Conversation, front_door_config
 
 VOCAB = 64
 # Words of the chat template: roles and the end of a message. Prompt
@@ -293,7 +286,7 @@ class MlxLmServer(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="server_subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__, "server_subject.py")
         parser.add_argument("--model", choices=sorted(MODELS), default="llama")
         parser.add_argument("--path", choices=("batch", "single"), default="batch",
                             help="batch: plain requests (BatchGenerator where the model allows); "
@@ -446,18 +439,10 @@ def words(tokens):
     return " ".join(WORDS[t] for t in tokens)
 
 
-def main(argv=None):
-    from kvcheck.serve import main as serve
-
-    return serve([os.path.abspath(__file__) + ":MlxLmServer"] + list(sys.argv[1:] if argv is None else argv))
-
-
 if __name__ == "__main__":
-    status = main()
+    status = kit.main(__file__, "MlxLmServer")
     for folder in FOLDERS:
         shutil.rmtree(folder, ignore_errors=True)
     # mlx's teardown at interpreter exit sometimes aborts once it has
     # computed; the protocol is over by then: leave without it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status if isinstance(status, int) else (0 if status is None else 1))
+    kit.leave(status)

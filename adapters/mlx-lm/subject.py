@@ -56,17 +56,8 @@ protocol, this file only maps ops onto mlx-lm's calls.
         [--group-size G --bits B --values none|dequantized] [--chunk-size N]
 """
 
-import argparse
-import os
-import sys
-import threading
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import kvcheck
-except ImportError:  # a checkout without the wheel installed: the package's sources
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-    import kvcheck
+import kvcheck
+from kvcheck import adapter as kit
 
 CACHES = ("rotating", "kv", "batch-rotating", "batch-kv", "quantized", "chunked")
 
@@ -82,33 +73,18 @@ class NotTrimmable(Exception):
     """`can_trim_prompt_cache` refuses: mlx-lm's pipelines do not trim then."""
 
 
-class Runtime:
-    """mlx and mlx-lm, imported in the background at start-up so `hello` is
-    answered at once and the first `open` waits only for what is left."""
+def load_runtime():
+    """mlx, numpy and mlx-lm's cache module (run by kit.Background at
+    start-up, so that `hello` is answered at once and the first `open` waits
+    only for what is left)."""
+    import types
 
-    def __init__(self):
-        self.error = None
-        self.done = threading.Event()
-        threading.Thread(target=self._load, daemon=True).start()
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm.models import cache
 
-    def _load(self):
-        try:
-            import mlx.core as mx
-            import numpy as np
-            from mlx_lm.models import cache
-
-            mx.set_default_device(mx.cpu)
-            self.mx, self.np, self.cache = mx, np, cache
-        except Exception as error:  # reported on the first open
-            self.error = error
-        finally:
-            self.done.set()
-
-    def ready(self):
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self
+    mx.set_default_device(mx.cpu)
+    return types.SimpleNamespace(mx=mx, np=np, cache=cache)
 
 
 class Pair:
@@ -166,7 +142,7 @@ class Pair:
 
     def tags(self, start, length):
         mx = self.rt.mx
-        tags = (mx.arange(start, start + length, dtype=mx.float32) + 1).reshape(1, 1, length, 1)
+        tags = kit.tags(mx, start, length, mx.float32).reshape(1, 1, length, 1)
         if self.kind == "quantized":
             # One group per row, 0 then the tag: min 0 and max the tag, which
             # every bit width dequantizes back to the tag exactly.
@@ -283,7 +259,7 @@ class Pair:
         mx = self.rt.mx
         tags = untagged_as_neighbours(self.twin_tags(twin_keys))
         rows = sorted(columns, key=lambda j: (tags[j], j))
-        visible = [int(tags[j]) - 1 for j in rows]
+        visible = [kit.position(tags[j]) for j in rows]
         index = mx.array(rows, dtype=mx.int32)
         return visible, self.numpy(self.gather(out_k, index)), self.numpy(self.gather(out_v, index))
 
@@ -293,8 +269,7 @@ class Pair:
         return self.rt.mx.take(out, index, axis=2)
 
     def real_dtype(self):
-        mx = self.rt.mx
-        return {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}[self.dtype]
+        return kit.dtype(self.rt.mx, self.dtype)
 
     def numpy(self, array):
         if isinstance(array, tuple):
@@ -502,7 +477,7 @@ class MlxLm(kvcheck.Subject):
                 self.domain["probes"] = "none"  # what the mask answers outside
             if "dropped-front" in self.masks or "short-trim" in self.masks:
                 self.domain = None  # trims the domain admits, answered outside
-        self.runtime = Runtime()
+        self.runtime = kit.Background(load_runtime)
         self.pair = None
         from importlib.metadata import PackageNotFoundError, version
 
@@ -522,16 +497,9 @@ class MlxLm(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__)
         parser.add_argument("--cache", choices=CACHES, default="rotating", help="which mlx-lm class (default rotating)")
-        parser.add_argument(
-            "--mask",
-            action="append",
-            default=[],
-            choices=sorted(MASKS),
-            help="hold back requests of a recorded difference (repeatable): %s"
-            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
-        )
+        kit.add_mask_option(parser, MASKS, "a recorded difference")
         parser.add_argument(
             "--keep",
             type=int,
@@ -582,45 +550,22 @@ class MlxLm(kvcheck.Subject):
             self.group_size, self.bits, self.chunk_size, self.dequantize,
         )
 
-    def held_back(self, name, body):
-        for mask in self.masks:
-            self.held_back_by(mask, name, body)
-
-    def held_back_by(self, mask, name, body):
-        _, kind, test = MASKS[mask]
-        if test is None:
-            return
-        reason = test(self.pair, name, body)
-        if reason and kind is None:
-            raise kvcheck.Outside("--mask %s: %s" % (mask, reason))
-        if reason:
-            raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
-
     def write(self, start, length, heads, recent_window, k, v):
-        self.held_back("write", {"start": start, "len": length})
+        kit.hold_back(MASKS, self.masks, self.pair, "write", {"start": start, "len": length})
         if heads is not None or recent_window is not None:
             raise kvcheck.Outside("mlx-lm's caches take every head and no per-call window")
         if self.keep is not None:
             # --keep checks what queries read; a read shows the kept rows the window hides from them.
-            self.held_back_by("no-read", "write", {"start": start, "len": length})
+            kit.hold_back(MASKS, ["no-read"], self.pair, "write", {"start": start, "len": length})
         return self.pair.write(start, length, k, v)
 
     def rewind(self, to):
-        self.held_back("rewind", {"to": to})
+        kit.hold_back(MASKS, self.masks, self.pair, "rewind", {"to": to})
         self.pair.rewind(to)
 
 
-def main(argv=None):
-    from kvcheck.serve import main as serve
-
-    return serve([os.path.abspath(__file__) + ":MlxLm"] + list(sys.argv[1:] if argv is None else argv))
-
-
 if __name__ == "__main__":
-    status = main()
     # mlx's teardown at interpreter exit sometimes aborts (SIGABRT,
     # "terminate called without an active exception") once a cache has
     # computed; the protocol is over by then: leave without it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status if isinstance(status, int) else (0 if status is None else 1))
+    kit.leave(kit.main(__file__, "MlxLm"))

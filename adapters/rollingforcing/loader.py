@@ -18,26 +18,24 @@ The model file is imported as it is (the `wan` package `__init__`, which
 pulls the T5 encoder and the VAE, is skipped by registering the packages
 without running them). The pipeline file imports the text encoder and the
 VAE at module level, so this module does not import it: it parses it and
-compiles, unmodified (adapters/pipeline_kit/source.py), the reset loop of `inference_rolling_forcing`, which
+compiles, unmodified (kvcheck.pipeline.source), the reset loop of `inference_rolling_forcing`, which
 the adapter runs on a stand-in `self`. A checkout that lacks it is refused
 with what it could not find.
 """
 
 import importlib
 import os
-import sys
+
+from kvcheck.pipeline import source
+from kvcheck.adapter import Checkout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-from pipeline_kit import source  # noqa: E402
-from subject_support import Checkout  # noqa: E402
 
 PIPELINE = os.path.join("pipeline", "rolling_forcing_inference.py")
 MODEL = os.path.join("wan", "modules", "causal_model.py")
 PACKAGES = ("wan", "wan.modules")
 
-# The checkout setup.sh prepared, or $ROLLINGFORCING_SRC (subject_support.Checkout).
+# The checkout setup.sh prepared, or $ROLLINGFORCING_SRC (kvcheck.adapter.Checkout).
 CHECKOUT = Checkout(HERE, "KVCHECK_ROLLINGFORCING_READY", "ROLLINGFORCING_SRC", MODEL, "Rolling Forcing")
 marker_path, is_ready, marker, source_dir = CHECKOUT.marker_path, CHECKOUT.is_ready, CHECKOUT.marker, CHECKOUT.source_dir
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Random kvtrace/1 traces of what Rolling Forcing's inference loop asks of its cache.
 
-    python3 adapters/rollingforcing/pipeline_protocol.py --count 200 --seed 1 --out DIR
+    PYTHONPATH=python python3 adapters/rollingforcing/pipeline_protocol.py --count 200 --seed 1 --out DIR
 
 `CausalInferencePipeline.inference_rolling_forcing` with a window of one
 block (`num_denoising_steps` 1, so that a denoising read is a function of
@@ -15,12 +15,9 @@ Traces carry no `expect`: `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pipeline_kit import traces  # noqa: E402
+from kvcheck.pipeline import traces
 
 
 def trace(rng):

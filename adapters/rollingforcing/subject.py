@@ -29,7 +29,7 @@ makes a denoising read a function of the cache alone: the anchor, the
 `C - 2S` frames before the block, and the block.
 
 The tiny model, the tap and the chunk loop's requests are the kit's
-(adapters/pipeline_kit/tapped.py); what follows is Rolling Forcing's part.
+(kvcheck.pipeline.tapped); what follows is Rolling Forcing's part.
 
 **Visible means what attention reads.** The attention tap
 (`kvcheck.torch`) records each block's self-attention call and identifies
@@ -60,19 +60,14 @@ no gaps, nothing malformed. Without it no domain is declared and each
 outside answer cuts its case.
 """
 
-import os
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+import kvcheck
+from kvcheck.pipeline import serving
+from kvcheck.pipeline.tapped import LATENT_CHANNELS, TEXT_DIM, TEXT_TOKENS, TinyWanCache
 
-import kvcheck  # noqa: E402
-import loader  # noqa: E402
-from pipeline_kit import serving  # noqa: E402
-from pipeline_kit.tapped import LATENT_CHANNELS, TEXT_DIM, TEXT_TOKENS, TinyWanCache  # noqa: E402
+import loader
 
 
 class RollingForcingCache(TinyWanCache):

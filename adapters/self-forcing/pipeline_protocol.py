@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Random kvtrace/1 traces of what a Self-Forcing-style chunk loop asks of its cache.
 
-    python3 adapters/self-forcing/pipeline_protocol.py --count 300 --seed 1 --out DIR
+    PYTHONPATH=python python3 adapters/self-forcing/pipeline_protocol.py --count 300 --seed 1 --out DIR
 
 The loop of Self-Forcing's `CausalInferencePipeline.inference` and of
 fastvideo's causal denoising stages: `local_attn_size` C in 2..12 frames,
@@ -18,12 +18,9 @@ model of the contract): `kvcheck replay DIR --subject ...` runs the model
 beside the subject.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pipeline_kit import traces  # noqa: E402
+from kvcheck.pipeline import traces
 
 
 def trace(rng):

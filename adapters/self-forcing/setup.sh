@@ -11,8 +11,8 @@
 # (`git -C "$SELF_FORCING_SRC" apply fix.diff`); the marker records the
 # commit and whether the tree differs from it.
 #
-# Idempotent. Writes the marker $VENV/KVCHECK_SELF_FORCING_READY (the
-# checkout's path on its second line) that the opt-in tests read.
+# Idempotent. Writes the marker $VENV/KVCHECK_SELF_FORCING_READY (`src:`
+# the checkout's path, `commit:`) that the subject and the opt-in tests read.
 #
 # Environment:
 #   SELF_FORCING_SRC  the checkout (required)
@@ -47,8 +47,10 @@ else
     commit="unversioned"
 fi
 
-# The marker: the source, the checkout's path, torch's version.
+# The marker (kvcheck.adapter.Checkout reads its `key: value` lines): the
+# source, the checkout's path and commit, torch's version.
 want="source: checkout $commit
-$src"
+src: $src
+commit: $commit"
 kit_marker "$marker" --all torch
 kit_ready Self-Forcing "$marker"

@@ -6,7 +6,7 @@
 The checkout is `--src`, else `$SELF_FORCING_SRC`, else the one setup.sh
 recorded (github guandeh17/Self-Forcing; an unpacked archive names its
 commit in a `KVCHECK_COMMIT` file). The shape and the op
-mapping are the kit's (adapters/pipeline_kit/shape.py); from the checkout
+mapping are the kit's (kvcheck.pipeline.shape); from the checkout
 this compiles, unmodified:
 
 - `CausalWanSelfAttention.forward` (`wan/modules/causal_model.py`), with
@@ -32,36 +32,30 @@ import subprocess
 import sys
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTERS = os.path.dirname(HERE)
-sys.path.insert(0, ADAPTERS)
-sys.path.insert(0, os.path.join(os.path.dirname(ADAPTERS), "python"))
-
-from pipeline_kit import serving, shape  # noqa: E402
+from kvcheck.pipeline import serving, shape
 # (as `extract`: `source()` below is the checkout)
-from pipeline_kit import source as extract  # noqa: E402
-from pipeline_kit.source import starts  # noqa: E402
+from kvcheck.pipeline import source as extract
+from kvcheck.pipeline.source import starts
+from kvcheck.adapter import Checkout
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODEL = os.path.join("wan", "modules", "causal_model.py")
 PIPELINE = os.path.join("pipeline", "causal_inference.py")
 
 
-def recorded(venv=None):
-    """The checkout setup.sh recorded (its marker's second line), or None."""
-    venv = venv or os.environ.get("VENV") or os.path.join(HERE, ".venv")
-    try:
-        with open(os.path.join(venv, "KVCHECK_SELF_FORCING_READY")) as f:
-            return f.read().splitlines()[1]
-    except (OSError, IndexError):
-        return None
+# The checkout setup.sh recorded, or $SELF_FORCING_SRC (kvcheck.adapter.Checkout).
+CHECKOUT = Checkout(HERE, "KVCHECK_SELF_FORCING_READY", "SELF_FORCING_SRC", MODEL, "Self-Forcing")
 
 
 def source(src=None):
-    """The checkout: `src`, else $SELF_FORCING_SRC, else the one setup.sh
-    recorded; RuntimeError when there is none."""
-    src = src or os.environ.get("SELF_FORCING_SRC") or recorded()
-    if not src or not os.path.isfile(os.path.join(src, MODEL)):
-        raise RuntimeError("no Self-Forcing checkout: set SELF_FORCING_SRC (see adapters/self-forcing/setup.sh)")
+    """The checkout, absolute: `src` (--src), else CHECKOUT's
+    ($SELF_FORCING_SRC, else the one setup.sh recorded); RuntimeError
+    when it holds no Self-Forcing model file."""
+    if not src:
+        return CHECKOUT.source_dir()
+    if not os.path.isfile(os.path.join(src, MODEL)):
+        raise RuntimeError("--src %s is no Self-Forcing checkout: it has no %s" % (src, MODEL))
     return os.path.abspath(src)
 
 

@@ -37,25 +37,18 @@ writer sent, so a row that is in the wrong place shows up either way.
     adapters/sglang/.venv/bin/python adapters/sglang/subject.py [--version 0.5.23] [--mask NAME ...]
 """
 
-import argparse
 import copy
 import os
 import sys
-import threading
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-try:
-    import kvcheck
-except ImportError:  # not installed: the package of this checkout
-    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-    import kvcheck
-import kvcheck.serve  # noqa: E402
+import kvcheck
+from kvcheck import adapter as kit
 
-import loader  # noqa: E402
+import loader
 
+# The twin's tag offset: position + 2^32 in float64, so that no tag is 0
+# (a row never written) and every one is exact.
 TAG_OFFSET = float(1 << 32)
-
 
 
 def capabilities(version):
@@ -92,39 +85,22 @@ def kvcache_dir(version):
     return os.path.join(loader.version_dir(version), "sglang", "multimodal_gen", "runtime", "layers", "kvcache")
 
 
-class Runtime:
-    """torch and the sglang modules, imported in the background at start-up so
-    `hello` is answered at once and `open` waits only for what is left."""
+def load_runtime(version):
+    """torch and the sglang classes of `version` (run by kit.Background at
+    start-up, so that `hello` is answered at once and `open` waits only for
+    what is left)."""
+    import types
 
-    def __init__(self, version):
-        self.version = version
-        self.error = None
-        self.done = threading.Event()
-        threading.Thread(target=self._load, daemon=True).start()
+    import torch
 
-    def _load(self):
-        try:
-            import torch
+    torch.set_num_threads(1)
+    causal, qvg = loader.load(version)
+    quant_args = None
+    if qvg is not None:
+        import importlib
 
-            torch.set_num_threads(1)
-            self.torch = torch
-            self.causal, self.qvg = loader.load(self.version)
-            if self.qvg is not None:
-                import importlib
-
-                qvg_kv = importlib.import_module("sglang.multimodal_gen.configs.quantization.qvg_kv")
-                self.quant_args = qvg_kv.QVGKVQuantArgs
-            self.dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-        except Exception as error:  # reported on the first open
-            self.error = error
-        finally:
-            self.done.set()
-
-    def ready(self):
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self
+        quant_args = importlib.import_module("sglang.multimodal_gen.configs.quantization.qvg_kv").QVGKVQuantArgs
+    return types.SimpleNamespace(torch=torch, causal=causal, qvg=qvg, quant_args=quant_args)
 
 
 class Pair:
@@ -135,7 +111,7 @@ class Pair:
         self.config = config
         self.variant = config["variant"]
         self.batch, self.heads, self.head_dim = config["batch"], config["heads"], config["head_dim"]
-        self.dtype = rt.dtypes[config["dtype"]]
+        self.dtype = kit.dtype(rt.torch, config["dtype"])
         self.real = self._build(self.dtype, self.batch, self.head_dim)
         self.twin = self._build(rt.torch.float64, 1, 1)
         # Written on every head at every write, so a row whose reported heads
@@ -186,20 +162,9 @@ class Pair:
         return int(self.real.global_end_index.item())
 
     def both(self, call):
-        """Applies `call(cache, is_twin)` to the twin, then to the real cache,
-        so a call that mutates and then raises leaves both in the same state.
-        Returns (twin result, real result); the real cache's exception wins.
-        A twin that raises where the real cache does not is the adapter's
-        failure (`kvcheck.AdapterError`), never an answer of the cache."""
-        twin_error = None
-        try:
-            twin_result = call(self.twin, True)
-        except Exception as error:
-            twin_error = error
-        result = call(self.real, False)
-        if twin_error is not None:
-            raise kvcheck.AdapterError("the position twin raised %r but the cache did not" % twin_error)
-        return twin_result, result
+        """`call(cache, is_twin)` on the twin, then the real cache (kit.both):
+        (twin result, real result)."""
+        return kit.both(lambda cache: call(cache, cache is self.twin), self.twin, self.real)
 
     def write(self, body, key, value):
         """`update_and_get_attention_kv` on the cache and its twins; `key`
@@ -218,7 +183,7 @@ class Pair:
                 raise kvcheck.AdapterError("no payload came for a write of %d tokens and %d heads" % (length, head_count))
             # A tensor without elements carries no values: the call a caller makes.
             key = value = torch.zeros((self.batch, length, head_count, self.head_dim), dtype=self.dtype)
-        tags = torch.arange(length, dtype=torch.float64) + (start + TAG_OFFSET)
+        tags = kit.tags(torch, start, length, torch.float64, TAG_OFFSET)
         tag = tags.reshape(1, length, 1, 1).expand(1, length, head_count, 1).contiguous()
 
         # Optional arguments go only when used: early releases lack them.
@@ -269,7 +234,7 @@ class Pair:
         heads = body.get("heads")
         count = self.heads if heads is None else heads[1]
         twin = copy.deepcopy(self.twin)
-        tags = self.rt.torch.arange(length, dtype=self.rt.torch.float64) + (start + TAG_OFFSET)
+        tags = kit.tags(self.rt.torch, start, length, self.rt.torch.float64, TAG_OFFSET)
         optional = {}
         if heads is not None:
             optional["cache_head_start"] = heads[0]
@@ -308,7 +273,7 @@ def positions(twin_k, slots_k=None):
         tag = min((t for t in row if t != 0.0), default=None)
         if tag is None and slot_rows is not None:
             tag = min((t for t in slot_rows[r] if t != 0.0), default=None)
-        out.append(int(tag - TAG_OFFSET) if tag is not None else (out[-1] + 1 if out else 0))
+        out.append(kit.position(tag, TAG_OFFSET) if tag is not None else (out[-1] + 1 if out else 0))
     return out
 
 
@@ -427,7 +392,7 @@ MASKS = {
     "gap-probe": ("zero-length writes that start past the global end (D11)", "non_sequential", _gap_probe),
     "negative": (
         "negative starts, lengths, counts and recent windows (D12)",
-        lambda body: "invalid_argument" if "recent_window" not in body or min(body.get("start", 0), body.get("len", 0)) < 0 else "negative_window",
+        lambda pair, name, body: "invalid_argument" if "recent_window" not in body or min(body.get("start", 0), body.get("len", 0)) < 0 else "negative_window",
         _negative,
     ),
     "head-range": ("head ranges outside the cache's heads (D13)", "head_range", _head_range),
@@ -484,7 +449,7 @@ class SglangCache(kvcheck.Subject):
     def __init__(self, version=loader.DEFAULT_VERSION, masks=()):
         self.version = version
         self.masks = list(masks)
-        self.runtime = Runtime(version)
+        self.runtime = kit.Background(lambda: load_runtime(version))
         self.pair = None
         caps = capabilities(version)
         self.name = " ".join(["sglang", version] + ["--mask " + m for m in self.masks])
@@ -494,20 +459,13 @@ class SglangCache(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__)
         parser.add_argument(
             "--version",
             default=os.environ.get("SGLANG_VERSION", loader.DEFAULT_VERSION),
             help="sglang release set up by setup.sh (default $SGLANG_VERSION or %s)" % loader.DEFAULT_VERSION,
         )
-        parser.add_argument(
-            "--mask",
-            action="append",
-            default=[],
-            choices=sorted(MASKS),
-            help="hold back requests of a known finding (repeatable): %s"
-            % "; ".join("%s: %s" % (name, MASKS[name][0]) for name in sorted(MASKS)),
-        )
+        kit.add_mask_option(parser, MASKS, "a known finding")
         args = parser.parse_args(argv)
         if not loader.is_ready(args.version):
             raise ValueError(
@@ -534,11 +492,7 @@ class SglangCache(kvcheck.Subject):
     def masked(self, name, body):
         """Refuses a request one of the masks holds back, with the
         contract's kind for it."""
-        for mask in self.masks:
-            _, kind, test = MASKS[mask]
-            reason = test(self.pair, name, body)
-            if reason:
-                raise kvcheck.Refused(kind if isinstance(kind, str) else kind(body), "--mask %s: %s" % (mask, reason))
+        kit.hold_back(MASKS, self.masks, self.pair, name, body)
 
     def write(self, start, length, heads, recent_window, k, v):
         body = {"start": start, "len": length}
@@ -559,11 +513,5 @@ class SglangCache(kvcheck.Subject):
         self.pair.reset()
 
 
-def main(argv=None):
-    """`subject.py ARGS` is `python -m kvcheck.serve subject.py:SglangCache ARGS`."""
-    argv = sys.argv[1:] if argv is None else argv
-    return kvcheck.serve.main([os.path.abspath(__file__) + ":SglangCache"] + list(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.main(__file__, "SglangCache"))

@@ -5,7 +5,7 @@ Each adapter is imported in a child process (several share module names
 such as `loader`) without its library: its class is built and asked for
 the capabilities it sends a revision-3 harness. No torch, no library.
 
-Run: python3 -m unittest discover -s adapters/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s adapters/tests -v
 """
 
 import json
@@ -15,41 +15,39 @@ import subprocess
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTERS = os.path.dirname(HERE)
-ROOT = os.path.dirname(ADAPTERS)
+import kvcheck.pipeline
+from kvcheck.adapter import ADAPTERS, CHECKOUT, script_env
 
 LOOP = {"rewrites": "latest", "probes": "after_append", "gaps": False, "malformed": False}
 
-# (adapter directory, module file, class, from_args arguments) -> the domain it declares
+# (adapter directory or None, module, class, from_args arguments) -> the
+# domain it declares. An adapter's module is imported as its subject.py runs
+# (its folder first on the path), the others from the kvcheck package.
 DECLARED = [
-    (("pipeline_kit", "shape.py", "ShapeCache", None), LOOP),
-    (("longlive", "subject.py", "LongLiveCache", []), dict(LOOP, evict="scene_cut", pin="scene_cut")),
-    (("rollingforcing", "subject.py", "RollingForcingCache", []), None),
-    (("rollingforcing", "subject.py", "RollingForcingCache", ["--block", "3"]), dict(LOOP, chunks={"lengths": [3]})),
-    (("lightx2v", "subject.py", "LightX2VRollingCache", []), None),
-    (("lightx2v", "subject.py", "LightX2VRollingCache", ["--chunk", "2"]), dict(LOOP, chunks={"lengths": [2]})),
+    ((None, "kvcheck.pipeline.shape", "ShapeCache", None), LOOP),
+    (("longlive", "subject", "LongLiveCache", []), dict(LOOP, evict="scene_cut", pin="scene_cut")),
+    (("rollingforcing", "subject", "RollingForcingCache", []), None),
+    (("rollingforcing", "subject", "RollingForcingCache", ["--block", "3"]), dict(LOOP, chunks={"lengths": [3]})),
+    (("lightx2v", "subject", "LightX2VRollingCache", []), None),
+    (("lightx2v", "subject", "LightX2VRollingCache", ["--chunk", "2"]), dict(LOOP, chunks={"lengths": [2]})),
 ]
 
 PROBE = r"""
-import json, os, sys
-adapter, module, cls, argv = json.loads(sys.argv[1])
-folder = os.path.join(%(adapters)r, adapter)
-sys.path[:0] = [folder, %(adapters)r, %(python)r]
-namespace = {"__name__": "adapter_under_test", "__file__": os.path.join(folder, module)}
-with open(namespace["__file__"]) as f:
-    exec(compile(f.read(), namespace["__file__"], "exec"), namespace)
-kind = namespace[cls]
+import importlib, json, sys
+module, cls, argv = json.loads(sys.argv[1])
+kind = getattr(importlib.import_module(module), cls)
 subject = kind.__new__(kind) if argv is None else kind.from_args(argv)
 subject.validate()
 print(json.dumps([subject.capabilities(revision=3).get("domain"),
                   "domain" in subject.capabilities(revision=2)]))
-""" % {"adapters": ADAPTERS, "python": os.path.join(ROOT, "python")}
+"""
 
 
 def declared(adapter, module, cls, argv):
+    folders = [] if adapter is None else [os.path.join(ADAPTERS, adapter)]
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps([adapter, module, cls, argv])],
+        [sys.executable, "-c", PROBE, json.dumps([module, cls, argv])],
+        env=script_env(*folders),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         universal_newlines=True,
@@ -71,14 +69,17 @@ class Domains(unittest.TestCase):
     def test_no_adapter_keeps_its_own_inexpressible_exception(self):
         name = "Inexp" + "ressible"  # spelled apart, so that this file does not match
         own = []
-        for folder, _, files in os.walk(ADAPTERS):
-            for name in files:
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
+        for top in (ADAPTERS, os.path.dirname(kvcheck.pipeline.__file__)):
+            for folder, folders, files in os.walk(top):
+                folders[:] = [f for f in folders if f != ".venv"]
+                for file in files:
+                    if not file.endswith(".py"):
+                        continue
+                    path = os.path.join(folder, file)
                     with open(path) as f:
                         text = f.read()
                     if re.search(r"^class %s\b" % name, text, re.M) or "raise %s(" % name in text:
-                        own.append(os.path.relpath(path, ROOT))
+                        own.append(os.path.relpath(path, CHECKOUT))
         self.assertEqual(own, [])
 
 

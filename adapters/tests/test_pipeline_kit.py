@@ -1,12 +1,11 @@
-"""The pure parts of adapters/pipeline_kit: finding and compiling a
-library's inline statements, the command line and domain of a subject, the
-trace generators' plumbing, and what each pipeline adapter's generator
-draws. No torch, no library.
+"""The pure parts of the pipeline kit (kvcheck.pipeline): finding and
+compiling a library's inline statements, the command line and domain of a
+subject, the trace generators' plumbing, and what each pipeline adapter's
+generator draws. No torch, no library.
 
-Run: python3 -m unittest discover -s adapters/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s adapters/tests -v
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,13 +14,10 @@ import tempfile
 import textwrap
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTERS = os.path.dirname(HERE)
-sys.path.insert(0, ADAPTERS)
+from kvcheck.adapter import ADAPTERS, Checkout, load_file, shared
+from kvcheck.pipeline import serving, source, testing, traces
 
-import clean_protocol  # noqa: E402
-from pipeline_kit import serving, source, testing, traces  # noqa: E402
-from subject_support import Checkout  # noqa: E402
+clean_protocol = shared("clean_protocol")
 
 LIBRARY = textwrap.dedent('''
     import not_installed_anywhere
@@ -51,10 +47,7 @@ LIBRARY = textwrap.dedent('''
 def generator(name):
     """adapters/<name>/pipeline_protocol.py, imported under its own name."""
     path = os.path.join(ADAPTERS, name, "pipeline_protocol.py")
-    spec = importlib.util.spec_from_file_location("pipeline_protocol_" + name.replace("-", "_"), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, "pipeline_protocol_" + name.replace("-", "_"))
 
 
 class Source(unittest.TestCase):
@@ -137,9 +130,9 @@ class Source(unittest.TestCase):
             f.write("raise ImportError('the whole library')\n")
         with open(os.path.join(package, "cache.py"), "w") as f:
             f.write("SIZE = 3\n")
-        code = ("import sys; sys.path.insert(0, %r); from pipeline_kit import source; "
+        code = ("from kvcheck.pipeline import source; "
                 "source.register_packages(%r, ['heavy_kit_probe']); import heavy_kit_probe.cache as c; print(c.SIZE)"
-                % (ADAPTERS, self.src))
+                % self.src)
         done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=60)
         self.assertEqual((done.returncode, done.stdout.strip()), (0, "3"), done.stderr)

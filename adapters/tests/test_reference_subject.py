@@ -1,6 +1,6 @@
 """The stdlib reference subject, checked through kvcheck-subject/1.
 
-Run: python3 -m unittest discover -s adapters/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s adapters/tests -v
 """
 
 import base64
@@ -12,21 +12,16 @@ import subprocess
 import sys
 import unittest
 
+from kvcheck.adapter import shared
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTERS = os.path.dirname(HERE)
 ROOT = os.path.dirname(ADAPTERS)
-sys.path.insert(0, ADAPTERS)
-
-import kvtrace_replay  # noqa: E402
-from reference_subject import (  # noqa: E402
-    FAULTS,
-    bf16_bits,
-    cold_round_trip,
-    decode_row,
-    encode_row,
-    f32,
-    quantize_row,
-)
+reference_subject = shared("reference_subject")
+kvtrace_replay = shared("kvtrace_replay")
+FAULTS, f32, bf16_bits = reference_subject.FAULTS, reference_subject.f32, reference_subject.bf16_bits
+encode_row, decode_row = reference_subject.encode_row, reference_subject.decode_row
+quantize_row, cold_round_trip = reference_subject.quantize_row, reference_subject.cold_round_trip
 
 SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTERS, "reference_subject.py"))
 VECTORS = sorted(glob.glob(os.path.join(ROOT, "tests", "vectors", "*.kvtrace.json")))

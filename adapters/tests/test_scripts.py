@@ -3,7 +3,7 @@ campaign script (`adapters/<library>/*.sh`) is executable and names its
 interpreter; the kits beside them (`adapters/*-kit.sh`) are sourced, not
 run, and stay plain files.
 
-    python3 -m unittest discover -s adapters/tests
+    PYTHONPATH=python python3 -m unittest discover -s adapters/tests
 """
 
 import glob

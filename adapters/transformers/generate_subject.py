@@ -52,17 +52,11 @@ configs with growth and no window below the capacity open (`kvcheck run
         [--reuse] [--assistant MODEL] [--max-new-tokens N] [--tolerance T] [--attention eager|sdpa] [--batching]
 """
 
-import argparse
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-
-import kvcheck  # noqa: E402
-import kvcheck.serve  # noqa: E402
-from subject_support import FRONT_DOOR_DOMAIN, Background, Conversation, front_door_config  # noqa: E402
+import kvcheck
+from kvcheck import adapter as kit
+from kvcheck.adapter import FRONT_DOOR_DOMAIN, Conversation, front_door_config
 
 VOCAB = 64
 # Prompt tokens are 1 .. CONTENT; the model may answer any id.
@@ -127,7 +121,7 @@ def library():
     the subject's module; two imports of transformers racing in two
     threads leave its lazy attributes missing)."""
     if not _LIBRARY:
-        _LIBRARY.append(Background(load))
+        _LIBRARY.append(kit.Background(load))
     return _LIBRARY[0]
 
 
@@ -161,7 +155,7 @@ class TransformersGenerate(kvcheck.Subject):
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="generate_subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__, "generate_subject.py")
         parser.add_argument("--model", choices=sorted(MODELS), default="llama")
         parser.add_argument("--cache", choices=CACHES, default="dynamic",
                             help="the cache_implementation generate() builds (with --reuse: the cache object "
@@ -326,10 +320,5 @@ class TransformersGenerate(kvcheck.Subject):
         self.talk.reset()
 
 
-def main(argv=None):
-    return kvcheck.serve.main([os.path.abspath(__file__) + ":TransformersGenerate"]
-                              + list(sys.argv[1:] if argv is None else argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit.main(__file__, "TransformersGenerate"))

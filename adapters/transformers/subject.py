@@ -52,17 +52,10 @@ what that changes).
     adapters/transformers/.venv/bin/python adapters/transformers/subject.py [--cache dynamic|static|hqq|quanto|fp8] [--mask NAME]...
 """
 
-import argparse
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-
-import kvcheck  # noqa: E402
-import kvcheck.serve  # noqa: E402
-from subject_support import Background, add_mask_option  # noqa: E402
+import kvcheck
+from kvcheck import adapter as kit
 
 CACHES = ("dynamic", "static", "hqq", "quanto", "fp8")
 QUANTIZED = ("hqq", "quanto", "fp8")
@@ -98,7 +91,7 @@ def _version(dist):
 
 
 def _load_transformers():
-    """torch and transformers' cache and mask modules (see subject_support.Background)."""
+    """torch and transformers' cache and mask modules (run by kit.Background)."""
     import types
 
     import torch
@@ -204,14 +197,14 @@ class TransformersCache(kvcheck.Subject):
         if not quantized:
             self.features += ("window",)
         self.ops = ("write", "reset") if quantized else ("write", "rewind", "reset")
-        self.runtime = Background(_load_transformers)
+        self.runtime = kit.Background(_load_transformers)
         self.pair = None
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__)
         parser.add_argument("--cache", default="dynamic", choices=CACHES, help="which cache class (default dynamic)")
-        add_mask_option(parser, MASKS)
+        kit.add_mask_option(parser, MASKS)
         args = parser.parse_args(argv)
         return cls(args.cache, args.mask)
 
@@ -220,11 +213,10 @@ class TransformersCache(kvcheck.Subject):
     def open(self, config):
         rt = self.rt = self.runtime.ready()
         torch = rt.torch
-        dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
         self.config = config
         if "sink" in self.masks and config["sink"] > 0:
             raise kvcheck.Outside("--mask sink: %d sink tokens, which transformers has no counterpart for" % config["sink"])
-        self.dtype = dtypes[config["dtype"]]
+        self.dtype = kit.dtype(torch, config["dtype"])
         self.real = Layer(rt, self.kind, config, config["batch"], config["heads"], config["head_dim"], self.dtype)
         self.twin = None
         if self.kind not in QUANTIZED:
@@ -238,23 +230,12 @@ class TransformersCache(kvcheck.Subject):
         return end
 
     def _both(self, call):
-        """Applies `call(layer)` to the twin, then to the real cache, so a
-        call that mutates and then raises leaves both alike. Returns (twin
-        result, real result); the real cache's exception wins."""
-        twin_error, twin_result = None, None
-        if self.twin is not None:
-            try:
-                twin_result = call(self.twin)
-            except Exception as error:
-                twin_error = error
-        result = call(self.real)
-        if twin_error is not None:
-            raise kvcheck.AdapterError("the position twin raised %r but the cache did not" % twin_error)
-        return twin_result, result
+        """`call(layer)` on the twin (when there is one), then the real cache (kit.both)."""
+        return kit.both(call, self.twin, self.real)
 
     def _tags(self, start, length):
         torch = self.rt.torch
-        return (torch.arange(length, dtype=torch.float64) + (start + 1)).reshape(1, 1, length, 1)
+        return kit.tags(torch, start, length, torch.float64).reshape(1, 1, length, 1)
 
     def _crop(self, tokens):
         if not self.real.cache.is_croppable:
@@ -309,7 +290,7 @@ class TransformersCache(kvcheck.Subject):
             raise kvcheck.Outside("%s: the quantized cache cannot give back its rows unrounded" % what)
         layer, twin = self.real.layer, self.twin.layer
         tags = twin.keys[0, 0, :, 0].tolist() if twin.is_initialized and twin.keys.dim() == 4 else []
-        column = {int(t) - 1: j for j, t in enumerate(tags) if t > 0}
+        column = {kit.position(t): j for j, t in enumerate(tags) if t > 0}
         missing = [p for p in range(begin, end) if p not in column]
         if missing:
             raise kvcheck.Outside("%s: the cache no longer holds positions %s to re-append" % (what, missing))
@@ -329,7 +310,7 @@ class TransformersCache(kvcheck.Subject):
         visible = []
         for j in columns:
             tag = 0 if twin_keys is None else int(twin_keys[0, 0, j, 0].item())
-            visible.append(tag - 1 if tag > 0 else offset + j)
+            visible.append(kit.position(tag) if tag > 0 else offset + j)
         if not self.values:
             return visible
         torch = self.rt.torch
@@ -353,7 +334,8 @@ class TransformersCache(kvcheck.Subject):
         count = keys.shape[2]
         twin_keys = self.twin.layer.keys if self.twin is not None else None
         positions = [
-            int(twin_keys[0, 0, j, 0].item()) - 1 if twin_keys is not None else j for j in range(count)
+            # An untagged column (tag 0) becomes -1, which no query reads.
+            int(twin_keys[0, 0, j, 0].item()) - kit.TAG if twin_keys is not None else j for j in range(count)
         ]
         allowed = self.real.probe_row(positions)
         rows = [ok and p >= 0 for ok, p in zip(allowed, positions)]
@@ -379,15 +361,14 @@ class TransformersCache(kvcheck.Subject):
     def _masked(self, name, body):
         """Applies the masks: a held-back request is refused with its kind,
         or, for a mask without one, skipped (True: make no call)."""
-        for mask in self.masks:
-            _, kind, test = MASKS[mask]
-            reason = test(self, name, body)
-            if reason and kind is None:
-                print("--mask %s: %s: call skipped" % (mask, reason), file=sys.stderr)
-                return True
-            if reason:
-                raise Masked(kind, "--mask %s: %s" % (mask, reason))
-        return False
+        found = kit.held_back(MASKS, self.masks, self, name, body)
+        if found is None:
+            return False
+        mask, kind, reason = found
+        if kind is None:
+            print("--mask %s: %s: call skipped" % (mask, reason), file=sys.stderr)
+            return True
+        raise Masked(kind, "--mask %s: %s" % (mask, reason))
 
 
 def _chunk_over_window(subject, name, body):
@@ -463,4 +444,4 @@ MASKS = {
 
 
 if __name__ == "__main__":
-    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":TransformersCache"] + sys.argv[1:]))
+    sys.exit(kit.main(__file__, "TransformersCache"))

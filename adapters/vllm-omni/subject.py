@@ -33,24 +33,17 @@ adapter's domain (`kvcheck.Outside`: kvcheck cuts the case there).
     adapters/vllm-omni/.venv/bin/python adapters/vllm-omni/subject.py [--version 0.30.0]
 """
 
-import argparse
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+import kvcheck
+from kvcheck import adapter as kit
 
-import kvcheck  # noqa: E402
-import kvcheck.serve  # noqa: E402
-import loader  # noqa: E402
-from subject_support import Background, add_mask_option  # noqa: E402
-
+import loader
 
 
 def _load_lingbot(version):
-    """torch and the LingBot definitions of `version` (see subject_support.Background)."""
+    """torch and the LingBot definitions of `version` (run by kit.Background)."""
     import types
 
     import torch
@@ -71,17 +64,17 @@ class LingBotCache(kvcheck.Subject):
         self.version = version
         self.masks = list(masks)
         self.name = " ".join(["vllm-omni", version, "LingBotAttentionCache"] + ["--mask " + m for m in self.masks])
-        self.runtime = Background(lambda: _load_lingbot(version))
+        self.runtime = kit.Background(lambda: _load_lingbot(version))
 
     @classmethod
     def from_args(cls, argv):
-        parser = argparse.ArgumentParser(prog="subject.py", description=__doc__.split("\n\n")[0])
+        parser = kit.parser(__doc__)
         parser.add_argument(
             "--version",
             default=os.environ.get("VLLM_OMNI_VERSION", loader.DEFAULT_VERSION),
             help="vllm-omni release set up by setup.sh (default $VLLM_OMNI_VERSION or %s)" % loader.DEFAULT_VERSION,
         )
-        add_mask_option(parser, MASKS)
+        kit.add_mask_option(parser, MASKS)
         args = parser.parse_args(argv)
         if not loader.is_ready(args.version):
             raise SystemExit(
@@ -93,7 +86,7 @@ class LingBotCache(kvcheck.Subject):
     def open(self, config):
         rt = self.rt = self.runtime.ready()
         torch = rt.torch
-        dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[config["dtype"]]
+        dtype = kit.dtype(torch, config["dtype"])
         self.config = config
         self.dtype = dtype
         shape = (config["batch"], config["capacity"], config["heads"], config["head_dim"])
@@ -109,11 +102,7 @@ class LingBotCache(kvcheck.Subject):
 
     def write(self, start, length, heads, recent_window, k, v):
         torch = self.rt.torch
-        for mask in self.masks:
-            _, kind, test = MASKS[mask]
-            reason = test(self, start, length)
-            if reason:
-                raise kvcheck.Refused(kind, "--mask %s: %s" % (mask, reason))
+        kit.hold_back(MASKS, self.masks, self, start, length)
         if k is None or start < 0 or length < 0:
             raise kvcheck.Outside("write %d+%d: no tensor has a negative length or start" % (start, length))
         persist = True
@@ -122,18 +111,16 @@ class LingBotCache(kvcheck.Subject):
                 raise kvcheck.Outside("zero-length write at %d past the global end %d" % (start, self.global_end))
             # Every zero-length write is the probe: a read at the global end.
             start, persist = self.global_end, False
-        tags = (torch.arange(length, dtype=torch.float64) + (start + 1)).reshape(1, length, 1, 1)
+        tags = kit.tags(torch, start, length, torch.float64).reshape(1, length, 1, 1)
         update = self.rt.lingbot.update_cache
         sink = self.config["sink"]
-        twin_error = None
-        try:
-            twin_keys, _ = update(None, self.twin, tags, tags, start, sink_tokens=sink, update_cache=persist)
-        except Exception as error:
-            twin_error = error
-        keys, values = update(None, self.real, k, v, start, sink_tokens=sink, update_cache=persist)
-        if twin_error is not None:
-            raise kvcheck.AdapterError("the position twin raised %r but the cache did not" % twin_error)
-        visible = [int(t) - 1 for t in twin_keys[0, :, 0, 0].tolist()]
+
+        def call(cache):
+            key, value = (tags, tags) if cache is self.twin else (k, v)
+            return update(None, cache, key, value, start, sink_tokens=sink, update_cache=persist)
+
+        (twin_keys, _), (keys, values) = kit.both(call, self.twin, self.real)
+        visible = [int(t) - kit.TAG for t in twin_keys[0, :, 0, 0].tolist()]
         return visible, keys, values
 
 
@@ -149,4 +136,4 @@ MASKS = {
 
 
 if __name__ == "__main__":
-    sys.exit(kvcheck.serve.main([os.path.abspath(__file__) + ":LingBotCache"] + sys.argv[1:]))
+    sys.exit(kit.main(__file__, "LingBotCache"))

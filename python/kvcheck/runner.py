@@ -10,6 +10,7 @@ replays it. Nothing is read from what kvcheck prints, so a reworded
 message cannot break a test.
 """
 
+import importlib.machinery
 import inspect
 import json
 import os
@@ -129,10 +130,28 @@ def binary():
     return found
 
 
+def _importable(name):
+    """Whether sys.path imports the loaded module `name` as this process
+    has it (not so for a file loaded by path, kvcheck.adapter.load_file's)."""
+    path = getattr(sys.modules.get(name), "__file__", None)
+    if path is None:
+        return True
+    try:
+        found = importlib.machinery.PathFinder.find_spec(name.partition(".")[0])
+    except (ImportError, ValueError):
+        found = None
+    if found is None or "." in name:
+        return found is not None
+    origin = found.origin
+    return origin is not None and os.path.exists(origin) and os.path.samefile(origin, path)
+
+
 def serve_command(subject, args=()):
-    """The command line that serves `subject` (a Subject subclass)."""
+    """The command line that serves `subject` (a Subject subclass): by its
+    module's name where sys.path imports that module, else by its file (a
+    script's `__main__`, a file loaded by path)."""
     module = subject.__module__
-    if module == "__main__":
+    if module == "__main__" or not _importable(module):
         target = "%s:%s" % (inspect.getsourcefile(subject), subject.__qualname__)
     else:
         target = "%s:%s" % (module, subject.__qualname__)

@@ -59,7 +59,8 @@ def main(argv=None):
     protocol_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(subject, sys.stdin, protocol_out)
+    with protocol_out:  # closed at the end of the protocol, not left to the collector
+        serve(subject, sys.stdin, protocol_out)
     return 0
 
 

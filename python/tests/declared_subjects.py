@@ -3,14 +3,11 @@ a test chooses, and answering outside where a test needs it."""
 
 import json
 import os
-import sys
 
-ADAPTERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "adapters")
-if ADAPTERS not in sys.path:
-    sys.path.insert(0, ADAPTERS)
+import kvcheck
+from kvcheck.adapter import shared
 
-import kvcheck  # noqa: E402
-import reference_subject  # noqa: E402
+reference_subject = shared("reference_subject")
 
 
 class Declared(reference_subject.Reference):

@@ -2,7 +2,7 @@
 build target/debug/kvcheck (what `cargo test --workspace` builds). Skips with
 a message when neither exists.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
 import json
@@ -13,21 +13,15 @@ import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "adapters"))
+import kvcheck
+from kvcheck import runner
+from kvcheck.adapter import ADAPTERS, shared
 
-import kvcheck  # noqa: E402
-from kvcheck import runner  # noqa: E402
+import declared_subjects
+import echo_subjects
+from kvcheck_binary import WithBinary, needs_binary
 
-import reference_subject  # noqa: E402
-
-sys.path.insert(0, HERE)
-import declared_subjects  # noqa: E402
-import echo_subjects  # noqa: E402
-
-from kvcheck_binary import WithBinary, needs_binary  # noqa: E402
+reference_subject = shared("reference_subject")
 
 
 @needs_binary
@@ -148,8 +142,12 @@ class InMain(kvcheck.Subject):
 
 class Command(unittest.TestCase):
     def test_a_class_is_served_by_module_or_by_file(self):
+        command = runner.serve_command(echo_subjects.Echo, ["--fault", "x"])
+        self.assertEqual(command[1:], ["-m", "kvcheck.serve", "echo_subjects:Echo", "--fault", "x"])
+        # A module loaded by path (kvcheck.adapter.load_file), which sys.path
+        # does not import, is served from its file.
         command = runner.serve_command(reference_subject.Reference, ["--fault", "x"])
-        self.assertEqual(command[1:], ["-m", "kvcheck.serve", "reference_subject:Reference", "--fault", "x"])
+        self.assertEqual(command[3:], [os.path.join(ADAPTERS, "reference_subject.py") + ":Reference", "--fault", "x"])
         # A class of a script run as __main__ is served from its file.
         InMain.__module__ = "__main__"
         self.assertRegex(runner.serve_command(InMain)[3], r"^/.+\.py:InMain$")

@@ -7,28 +7,24 @@ window) as itself.
 The checks through the binary use $KVCHECK_BIN, else the debug build
 target/debug/kvcheck, and skip when neither exists.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
 import os
 import re
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+import kvcheck
+from kvcheck import runner
+from kvcheck.adapter import CHECKOUT as ROOT
+from kvcheck.adapter import load_module
+from kvcheck.subject import Session
+
+from kvcheck_binary import WithBinary, needs_binary
+
 EXAMPLE = os.path.join(ROOT, "examples", "llm-sink-cache")
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, EXAMPLE)
-
-import kvcheck  # noqa: E402
-from kvcheck import runner  # noqa: E402
-from kvcheck.subject import Session  # noqa: E402
-
-import sink_cache  # noqa: E402
-import test_sink_cache  # noqa: E402
-
-from kvcheck_binary import WithBinary, needs_binary  # noqa: E402
+sink_cache = load_module(EXAMPLE, "sink_cache")
+test_sink_cache = load_module(EXAMPLE, "test_sink_cache")  # its pytest test, which imports sink_cache
 
 
 def config(capacity, sink, heads=1, head_dim=1):

@@ -4,7 +4,7 @@
 in this interpreter and the kvcheck binary ($KVCHECK_BIN, else the debug
 build); they skip with a message otherwise.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
 import os

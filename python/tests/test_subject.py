@@ -1,6 +1,6 @@
 """kvcheck.Subject and kvcheck.serve, through kvcheck-subject/1.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 (numpy cases skip without numpy; none needs the network or the binary).
 """
 
@@ -12,15 +12,13 @@ import subprocess
 import sys
 import unittest
 
+import kvcheck
+from kvcheck.adapter import script_env
+from kvcheck.subject import Session
+
+import echo_subjects
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE_ROOT = os.path.dirname(HERE)
-sys.path.insert(0, PACKAGE_ROOT)
-sys.path.insert(0, HERE)
-
-import kvcheck  # noqa: E402
-from kvcheck.subject import Session  # noqa: E402
-
-import echo_subjects  # noqa: E402
 
 try:
     import numpy
@@ -66,7 +64,7 @@ class Served:
     """`python -m kvcheck.serve TARGET` as a child process."""
 
     def __init__(self, target, *args):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([PACKAGE_ROOT, HERE]))
+        env = script_env(HERE)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kvcheck.serve", target] + list(args),
             stdin=subprocess.PIPE,

@@ -4,7 +4,7 @@ checked by the kvcheck binary ($KVCHECK_BIN, else target/debug/kvcheck).
 
 Needs torch; without it every case but the import checks is skipped.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
 from __future__ import annotations
@@ -21,19 +21,15 @@ import subprocess
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+import kvcheck
+import kvcheck.torch as kvtorch
+from kvcheck import runner
+from kvcheck.adapter import CHECKOUT as ROOT
+from kvcheck.adapter import load_module, script_env, shared
+from kvcheck.subject import Session
+
 EXAMPLE = os.path.join(ROOT, "examples", "attention-tap")
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, EXAMPLE)
-sys.path.insert(0, os.path.join(ROOT, "adapters"))
-
-import kvcheck  # noqa: E402
-import kvcheck.torch as kvtorch  # noqa: E402
-from kvcheck import runner  # noqa: E402
-from kvcheck.subject import Session  # noqa: E402
-
-import reference_subject  # noqa: E402
+reference_subject = shared("reference_subject")
 
 try:
     import torch
@@ -61,8 +57,8 @@ class Import(unittest.TestCase):
 
     def test_the_package_does_not_import_torch(self):
         code = "import sys, kvcheck, kvcheck.torch; print('torch' in sys.modules)"
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-        done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, universal_newlines=True, env=env)
+        done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, universal_newlines=True,
+                              env=script_env())
         self.assertEqual(done.stdout.strip(), "False")
 
 
@@ -339,14 +335,14 @@ class Recompute(unittest.TestCase):
     cached path, in one process (tapped_toy.RecomparedToy)."""
 
     def test_the_cached_toy_agrees_with_its_recompute_on_random_streams(self):
-        import tapped_toy
+        tapped_toy = toy_module()
 
         for seed in range(12):
             for masked, dtype in ((False, "f32"), (True, "f32"), (False, "f16"), (True, "bf16")):
                 random_stream(tapped_toy.RecomparedToy(masked=masked), seed, dtype=dtype)
 
     def test_each_planted_bug_disagrees_with_the_recompute(self):
-        import tapped_toy
+        tapped_toy = toy_module()
 
         expected = {
             "sink-rolled-out": (kvtorch.RecomputeMismatch, "the cached path reads positions"),
@@ -361,7 +357,7 @@ class Recompute(unittest.TestCase):
                     random_stream(tapped_toy.RecomparedToy(bug), seed)
 
     def test_the_recompute_forgets_what_the_window_dropped(self):
-        import tapped_toy
+        tapped_toy = toy_module()
 
         recompute = tapped_toy.RecomputedToy()
         recompute.open(toy_config(capacity=3, sink=1))
@@ -381,7 +377,7 @@ class Recompute(unittest.TestCase):
         self.assertEqual((recompute.global_end, sorted(recompute.history)), (2, [0]))
 
     def test_positions_and_rows_are_compared_as_multisets_and_within_tolerance(self):
-        import tapped_toy
+        tapped_toy = toy_module()
 
         pair = tapped_toy.RecomparedToy()
         pair.open(toy_config(capacity=4, sink=1))
@@ -452,14 +448,14 @@ class AgainstTheReference(unittest.TestCase):
         return log
 
     def test_random_streams_agree(self):
-        import tapped_toy
+        tapped_toy = toy_module()
 
         rng = random.Random(3)
         for case in range(60):
             self.run_case(rng, tapped_toy.TappedToy(masked=case % 2 == 1))
 
     def test_a_planted_bug_disagrees(self):
-        import tapped_toy
+        tapped_toy = toy_module()
 
         rng = random.Random(3)
         with self.assertRaises(AssertionError):
@@ -473,7 +469,7 @@ def replay_command(args=()):
 
 
 def TappedToyClass():
-    import tapped_toy
+    tapped_toy = toy_module()
 
     return tapped_toy.TappedToy
 
@@ -483,8 +479,15 @@ def TappedToyClass():
 SLOW_START = ["--subject-timeout", "60"]
 
 
+def toy_module():
+    """examples/attention-tap/tapped_toy.py (torch at import), after
+    toy_pipeline.py, which it imports by name."""
+    load_module(EXAMPLE, "toy_pipeline")
+    return load_module(EXAMPLE, "tapped_toy")
+
+
 def toy_class(name):
-    import tapped_toy
+    tapped_toy = toy_module()
 
     return getattr(tapped_toy, name)
 
@@ -501,7 +504,7 @@ class Checked(BinaryCase):
     """The tapped toy against the kvcheck binary."""
 
     def env(self):
-        return dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
+        return script_env()
 
     def test_the_correct_pipeline_passes(self):
         # Starting torch in every subject process takes seconds of the 5:

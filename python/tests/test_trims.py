@@ -2,21 +2,15 @@
 `trims` declaration, its `hello` capability (revision 4) and the `trim`
 field of the config dict `open` receives.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
-import os
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+import kvcheck
+from kvcheck.subject import Session
 
-import kvcheck  # noqa: E402
-from kvcheck.subject import Session  # noqa: E402
-
-import echo_subjects  # noqa: E402
+import echo_subjects
 
 
 class Opened(echo_subjects.Echo):

@@ -4,27 +4,23 @@ verbatim, and kvcheck finds its planted bug and passes it without.
 The checks through the binary use $KVCHECK_BIN, else the debug build
 target/debug/kvcheck, and skip when neither exists.
 
-Run: python3 -m unittest discover -s python/tests -v
+Run: PYTHONPATH=python python3 -m unittest discover -s python/tests -v
 """
 
 import json
 import os
 import re
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+import kvcheck
+from kvcheck.adapter import CHECKOUT as ROOT
+from kvcheck.adapter import load_module
+from kvcheck.subject import Session
+
+from kvcheck_binary import WithBinary, needs_binary
+
 EXAMPLE = os.path.join(ROOT, "examples", "pipeline-walkthrough")
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, EXAMPLE)
-
-import kvcheck  # noqa: E402
-from kvcheck.subject import Session  # noqa: E402
-
-import toy_loop  # noqa: E402
-
-from kvcheck_binary import WithBinary, needs_binary  # noqa: E402
+toy_loop = load_module(EXAMPLE, "toy_loop")
 
 
 class Undeclared(toy_loop.ToyLoop):

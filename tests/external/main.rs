@@ -46,11 +46,22 @@ fn holds_the_release(name: &str, marker: &Path) -> bool {
     !patched
 }
 
-/// Runs `python -m unittest discover -s DIR` in the repository root and
-/// fails with its output unless every test passed.
+/// Runs `python -m unittest discover -s DIR` in the repository root, with
+/// the package in `python/` importable (as `.ci/run` runs them), and fails
+/// with its output unless every test passed.
 fn unittest(python: &Path, dir: &str) {
+    let package = root().join("python");
+    let path = match std::env::var_os("PYTHONPATH") {
+        Some(old) => {
+            let mut paths = vec![package];
+            paths.extend(std::env::split_paths(&old));
+            std::env::join_paths(paths).expect("PYTHONPATH entries join")
+        }
+        None => package.into_os_string(),
+    };
     let output = Command::new(python)
         .args(["-m", "unittest", "discover", "-s", dir])
+        .env("PYTHONPATH", path)
         .current_dir(root())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));

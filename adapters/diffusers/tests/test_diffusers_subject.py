@@ -17,15 +17,12 @@ import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-sys.path.insert(0, ADAPTERS)
-sys.path.insert(0, ADAPTER)
+from kvcheck.adapter import load_module, shared
 
-import clean_protocol  # noqa: E402
-import kvtrace_replay  # noqa: E402
-import loader  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+clean_protocol = shared("clean_protocol")
+kvtrace_replay = shared("kvtrace_replay")
+loader = load_module(ADAPTER, "loader")
 
 SKIP = (
     "diffusers environment absent: run adapters/diffusers/setup.sh, "
@@ -46,7 +43,7 @@ RELEASE = loader.DEFAULT_VERSION
 
 def traces(cache, count, seed, **options):
     """`count` traces of pipeline_protocol.py, each with the contract's `expect`."""
-    import pipeline_protocol
+    pipeline_protocol = load_module(ADAPTER, "pipeline_protocol")
 
     rng = random.Random(seed)
     for _ in range(count):
@@ -110,7 +107,7 @@ class SanaWMRefiner(Case):
 
     def test_the_sink_slides_to_sit_before_the_history(self):
         # In process: the frame positions the sink's RoPE is built for.
-        import subject
+        subject = load_module(ADAPTER, "subject")
 
         cache = subject.SanaWMRefinerCache(layers=1)
         cache.open(kvtrace_replay.full_config({"variant": "dense", "capacity": 6, "sink": 1}))

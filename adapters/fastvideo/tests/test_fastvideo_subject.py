@@ -18,15 +18,10 @@ import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-ROOT = os.path.dirname(ADAPTERS)
-sys.path.insert(0, ADAPTERS)  # kvtrace_replay, clean_protocol
-sys.path.insert(0, os.path.join(ADAPTERS, "self-forcing"))  # pipeline_protocol
-sys.path.insert(0, ADAPTER)  # this adapter's subject.py before self-forcing's
+from kvcheck.adapter import ADAPTERS, CHECKOUT, load_file, load_module, shared
 
-import kvtrace_replay  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+kvtrace_replay = shared("kvtrace_replay")
 
 SKIP = (
     "fastvideo environment absent: run adapters/fastvideo/setup.sh, "
@@ -38,14 +33,14 @@ try:
 
     import torch  # noqa: F401
 
-    # The installed distribution, not an import: with ADAPTERS on the path,
+    # The installed distribution, not an import: with adapters/ on the path,
     # `fastvideo` would also name this adapter's own folder.
     READY = bool(version("fastvideo"))
 except (ImportError, PackageNotFoundError):
     READY = False
 
 SUBJECT = "%s %s" % (sys.executable, os.path.join(ADAPTER, "subject.py"))
-FINDINGS = os.path.join(ROOT, "docs", "findings")
+FINDINGS = os.path.join(CHECKOUT, "docs", "findings")
 
 
 def finding(slug):
@@ -65,7 +60,9 @@ class Case(unittest.TestCase):
         assert cls.subject.close() == 0
 
     def chunk_loop(self, count, seed):
-        import pipeline_protocol
+        # Self-Forcing's generator: fastvideo's loop is the same.
+        pipeline_protocol = load_file(os.path.join(ADAPTERS, "self-forcing", "pipeline_protocol.py"),
+                                      "self_forcing_pipeline_protocol")
 
         problems = {}
         for i, trace in enumerate(pipeline_protocol.generate(count, seed, expect=True)):
@@ -132,7 +129,7 @@ class DreamXWorld(Case):
 
     def video(self, capacity, sink, chunks, steps):
         """One video of `chunks` chunks, each appended and rewritten `steps` times, with `expect`."""
-        import clean_protocol
+        clean_protocol = shared("clean_protocol")
 
         ops, start = [], 0
         for n in chunks:
@@ -170,7 +167,7 @@ class DreamXWorld(Case):
 @unittest.skipUnless(READY, SKIP)
 class Loader(unittest.TestCase):
     def test_a_release_without_the_statement_is_refused_by_name(self):
-        import subject
+        subject = load_module(ADAPTER, "subject")
 
         with tempfile.TemporaryDirectory() as root:
             os.makedirs(os.path.join(root, "models", "dits"))

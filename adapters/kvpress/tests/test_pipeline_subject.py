@@ -5,25 +5,30 @@ The first tests need only the standard library. The rest build a tiny
 Llama and run the pipeline, and need the environment of
 adapters/kvpress/setup.sh; without it they skip, saying so:
 
-    python3 -m unittest discover -s adapters/kvpress/tests -v
+    PYTHONPATH=python python3 -m unittest discover -s adapters/kvpress/tests -v
     adapters/kvpress/.venv/bin/python -m unittest discover -s adapters/kvpress/tests -v
+
+adapters/ must stay off sys.path in this process (no PYTHONPATH naming
+it): its folder diffusers/ would stand in for the optional diffusers
+package that the libraries kvpress loads probe for. What these tests share
+with the other adapters' comes from the kvcheck package (kvcheck.adapter),
+and the adapter's file is loaded by path.
 """
 
-import importlib.util
 import os
 import sys
 import unittest
 
+import kvcheck
+from kvcheck.adapter import ADAPTERS
+from kvcheck.adapter import FRONT_DOOR_CONFIG as GROWTH
+from kvcheck.adapter import front_door_write as write
+from kvcheck.adapter import load_file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(ADAPTER))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 
-import kvcheck  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("kvpress_pipeline_subject", os.path.join(ADAPTER, "pipeline_subject.py"))
-pipeline_subject = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pipeline_subject)
+pipeline_subject = load_file(os.path.join(ADAPTER, "pipeline_subject.py"), "kvpress_pipeline_subject")
 
 try:
     import kvpress  # noqa: F401
@@ -34,17 +39,13 @@ except ImportError:
     HAVE_KVPRESS = False
 SKIP = "kvpress environment absent: run adapters/kvpress/setup.sh, then this with its venv's python"
 
-GROWTH = {
-    "variant": "dense", "batch": 1, "heads": 1, "head_dim": 1, "dtype": "f32", "capacity": 4,
-    "sink": 0, "window": None, "growth": True, "global_sink": 0, "packed": None, "seed": 0,
-}
-
-
-def write(subject, start, length):
-    return subject.write(start, length, None, None, None, None)
 
 
 class Mapping(unittest.TestCase):
+    def test_adapters_is_off_the_path(self):
+        # The module docstring's caveat: adapters/diffusers would shadow diffusers.
+        self.assertNotIn(ADAPTERS, [os.path.abspath(p or os.curdir) for p in sys.path])
+
     def test_kept_positions_are_the_sinks_then_the_most_recent(self):
         kept = pipeline_subject.kept_positions
         self.assertEqual(kept(16, 0.5, 2), [0, 1] + list(range(10, 16)))

@@ -10,17 +10,15 @@ Without the environment every test is skipped with that instruction.
 
 import os
 import random
-import sys
 import unittest
 
-ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(ADAPTER))
-sys.path.insert(0, ADAPTER)
+from kvcheck.adapter import load_module
+from kvcheck.pipeline import testing
+from kvcheck.pipeline.testing import environment, with_expect
 
-import loader  # noqa: E402
-import pipeline_protocol  # noqa: E402
-from pipeline_kit import testing  # noqa: E402
-from pipeline_kit.testing import environment, with_expect  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+loader = load_module(ADAPTER, "loader")
+pipeline_protocol = load_module(ADAPTER, "pipeline_protocol")
 
 READY, SKIP, SUBJECT = environment(ADAPTER, loader, "LightX2V", "LIGHTX2V_SRC")
 

@@ -13,16 +13,18 @@ import shlex
 import sys
 import unittest
 
+from kvcheck.adapter import CHECKOUT, load_module, shared
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-ROOT = os.path.dirname(ADAPTERS)
-sys.path.insert(0, ADAPTERS)
-sys.path.insert(0, ADAPTER)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+clean_protocol = shared("clean_protocol")
+kvtrace_replay = shared("kvtrace_replay")
 
-import clean_protocol  # noqa: E402
-import kvtrace_replay  # noqa: E402
+
+def load_subject():
+    """subject.py, after tinymodel.py (numpy at import), which it imports by name."""
+    load_module(ADAPTER, "tinymodel")
+    return load_module(ADAPTER, "subject")
 
 SKIP = (
     "llama.cpp environment absent: run adapters/llama-cpp/setup.sh, "
@@ -39,7 +41,7 @@ except ImportError:
     READY = False
 
 SUBJECT = "%s %s" % (shlex.quote(sys.executable), shlex.quote(os.path.join(ADAPTER, "subject.py")))
-FINDINGS = os.path.join(ROOT, "docs", "findings")
+FINDINGS = os.path.join(CHECKOUT, "docs", "findings")
 
 
 def config(**fields):
@@ -61,9 +63,7 @@ class Direct(unittest.TestCase):
     """The subject class in process: what each llama.cpp call leaves in the cells."""
 
     def setUp(self):
-        import subject
-
-        self.subject_module = subject
+        self.subject_module = load_subject()
         self.rng = np.random.default_rng(0)
 
     def make(self, **options):
@@ -155,9 +155,7 @@ class Logits(unittest.TestCase):
     tokens at positions 0..n-1) against the context that shifted."""
 
     def setUp(self):
-        import subject
-
-        self.subject_module = subject
+        self.subject_module = load_subject()
         self.rng = np.random.default_rng(1)
 
     def test_shifted_cache_gives_the_fresh_decode_logits(self):

@@ -6,32 +6,29 @@ The first tests need only the standard library. The rest start
 GGUF models and need the environment of adapters/llama-cpp/server-setup.sh;
 without it they skip, saying so:
 
-    python3 -m unittest discover -s adapters/llama-cpp/tests -v
+    PYTHONPATH=python python3 -m unittest discover -s adapters/llama-cpp/tests -v
     adapters/llama-cpp/.venv-server/bin/python -m unittest discover -s adapters/llama-cpp/tests -v
 """
 
-import importlib.util
 import os
 import sys
 import unittest
 
+import kvcheck
+from kvcheck.adapter import FRONT_DOOR_CONFIG as GROWTH
+from kvcheck.adapter import front_door_write as write
+from kvcheck.adapter import load_file, load_module, shared
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(ADAPTER))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-
-import kvcheck  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(ADAPTER))
-import kvtrace_replay  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("llama_server_subject", os.path.join(ADAPTER, "server_subject.py"))
-server_subject = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(server_subject)
+kvtrace_replay = shared("kvtrace_replay")
+server_subject = load_file(os.path.join(ADAPTER, "server_subject.py"), "llama_server_subject")
 
 try:
     import gguf  # noqa: F401
 
+    # What server_subject imports by name when a subject opens: the tiny model.
+    tinymodel = load_module(ADAPTER, "tinymodel")
     HAVE_GGUF = True
 except ImportError:
     HAVE_GGUF = False
@@ -39,14 +36,6 @@ BINARY = server_subject.default_binary()
 HAVE_SERVER = HAVE_GGUF and os.access(BINARY, os.X_OK)
 SKIP = "llama-server environment absent: run adapters/llama-cpp/server-setup.sh, then this with its venv's python"
 
-GROWTH = {
-    "variant": "dense", "batch": 1, "heads": 1, "head_dim": 1, "dtype": "f32", "capacity": 4,
-    "sink": 0, "window": None, "growth": True, "global_sink": 0, "packed": None, "seed": 0,
-}
-
-
-def write(subject, start, length):
-    return subject.write(start, length, None, None, None, None)
 
 
 class Mapping(unittest.TestCase):
@@ -59,9 +48,6 @@ class Mapping(unittest.TestCase):
 
     @unittest.skipUnless(HAVE_GGUF, "gguf absent (it writes the tiny model): run adapters/llama-cpp/server-setup.sh")
     def test_vocabulary_is_the_tiny_models(self):
-        sys.path.insert(0, ADAPTER)
-        import tinymodel
-
         self.assertEqual((server_subject.FIRST_PLAIN, server_subject.VOCAB), (tinymodel.FIRST_PLAIN, tinymodel.VOCAB))
 
     def test_context_shifts_cut_the_attended_tokens(self):

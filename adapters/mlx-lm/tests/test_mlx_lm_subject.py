@@ -7,28 +7,22 @@ lets the last query read, untagged twin rows) and the domain the
 kvcheck-subject/1 and need the environment of adapters/mlx-lm/setup.sh;
 without it they skip, saying so:
 
-    python3 -m unittest discover -s adapters/mlx-lm/tests -v
+    PYTHONPATH=python python3 -m unittest discover -s adapters/mlx-lm/tests -v
     VENV=/path/venv adapters/mlx-lm/setup.sh && /path/venv/bin/python -m unittest discover -s adapters/mlx-lm/tests -v
 """
 
 import base64
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(ADAPTER))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import kvcheck
+from kvcheck.adapter import load_file
 
-import kvcheck  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("mlx_lm_subject", os.path.join(ADAPTER, "subject.py"))
-subject = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(subject)
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+subject = load_file(os.path.join(ADAPTER, "subject.py"), "mlx_lm_subject")
 
 try:
     import mlx.core  # noqa: F401
@@ -169,7 +163,7 @@ class AgainstMlxLm(unittest.TestCase):
             self.assertLess(float(np.abs(k - want).max()), 0.05 if bits == "4" else 0.01)
 
     def test_chunk_mask_matches_the_pure_reference(self):
-        rt = subject.Runtime().ready()
+        rt = subject.load_runtime()
 
         class Cache:  # what chunk_mask reads of a ChunkedKVCache
             pass

@@ -7,25 +7,20 @@ The rest start `mlx_lm.server` in this process on tiny random models and
 need the environment of adapters/mlx-lm/setup.sh; without it they skip,
 saying so:
 
-    python3 -m unittest discover -s adapters/mlx-lm/tests -v
+    PYTHONPATH=python python3 -m unittest discover -s adapters/mlx-lm/tests -v
     adapters/mlx-lm/.venv/bin/python -m unittest discover -s adapters/mlx-lm/tests -v
 """
 
-import importlib.util
 import os
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(ADAPTER))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import kvcheck
+from kvcheck.adapter import FRONT_DOOR_CONFIG as GROWTH
+from kvcheck.adapter import load_file
 
-import kvcheck  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-spec = importlib.util.spec_from_file_location("mlx_lm_server_subject", os.path.join(ADAPTER, "server_subject.py"))
-server_subject = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(server_subject)
+server_subject = load_file(os.path.join(ADAPTER, "server_subject.py"), "mlx_lm_server_subject")
 
 try:
     import mlx.core  # noqa: F401
@@ -37,10 +32,6 @@ except ImportError:
 
 SKIP = "mlx-lm environment absent: run adapters/mlx-lm/setup.sh, then this with its venv's python"
 
-GROWTH = {
-    "variant": "dense", "batch": 1, "heads": 1, "head_dim": 1, "dtype": "f32", "capacity": 4,
-    "sink": 0, "window": None, "growth": True, "global_sink": 0, "packed": None, "seed": 0,
-}
 
 
 class Mapping(unittest.TestCase):

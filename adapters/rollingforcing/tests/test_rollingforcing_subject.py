@@ -14,18 +14,16 @@ otherwise (a patched or newer checkout).
 
 import os
 import random
-import sys
 import unittest
 
-ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(ADAPTER))
-sys.path.insert(0, ADAPTER)
+from kvcheck.adapter import load_module, shared
+from kvcheck.pipeline import testing
+from kvcheck.pipeline.testing import environment, expect, with_expect
 
-import kvtrace_replay  # noqa: E402
-import loader  # noqa: E402
-import pipeline_protocol  # noqa: E402
-from pipeline_kit import testing  # noqa: E402
-from pipeline_kit.testing import environment, expect, with_expect  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+kvtrace_replay = shared("kvtrace_replay")
+loader = load_module(ADAPTER, "loader")
+pipeline_protocol = load_module(ADAPTER, "pipeline_protocol")
 
 READY, SKIP, SUBJECT = environment(ADAPTER, loader, "Rolling Forcing", "ROLLINGFORCING_SRC")
 

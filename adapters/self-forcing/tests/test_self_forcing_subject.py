@@ -13,13 +13,10 @@ import os
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(ADAPTER)
-sys.path.insert(0, ADAPTERS)
-sys.path.insert(0, ADAPTER)
+from kvcheck.adapter import CHECKOUT, load_module, shared
 
-import kvtrace_replay  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+kvtrace_replay = shared("kvtrace_replay")
 
 SKIP = (
     "Self-Forcing environment absent: run SELF_FORCING_SRC=CHECKOUT adapters/self-forcing/setup.sh, "
@@ -30,7 +27,7 @@ SKIP = (
 def recorded_source():
     """$SELF_FORCING_SRC, else the checkout setup.sh recorded in its marker
     (the subject's own lookup), or None."""
-    import subject
+    subject = load_module(ADAPTER, "subject")
 
     try:
         return subject.source()
@@ -78,7 +75,7 @@ class SelfForcing(unittest.TestCase):
         self.assertIn("Self-Forcing", self.subject.hello["name"])
 
     def test_the_chunk_loop_agrees_with_the_contract(self):
-        import pipeline_protocol
+        pipeline_protocol = load_module(ADAPTER, "pipeline_protocol")
 
         problems = {}
         for i, trace in enumerate(pipeline_protocol.generate(12, 9, expect=True)):
@@ -102,7 +99,7 @@ class SelfForcing(unittest.TestCase):
         # on the sink slot (C = 3, S = 1: the chunk 3+3 reads 3..5, frame 0 is gone).
         import json
 
-        path = os.path.join(os.path.dirname(ADAPTERS), "docs", "findings", "fastvideo-chunk-overwrites-sink.kvtrace.json")
+        path = os.path.join(CHECKOUT, "docs", "findings", "fastvideo-chunk-overwrites-sink.kvtrace.json")
         with open(path) as f:
             trace = json.load(f)
         problems = kvtrace_replay.replay(self.subject, trace, exact_kinds=False)

@@ -1,19 +1,20 @@
 """The sglang adapter's own logic, without sglang or torch: `Pair.both`
 and `positions` driven with stand-in caches and tensors.
 
-    python3 -m unittest discover -s adapters/sglang/tests -v
+    PYTHONPATH=python python3 -m unittest discover -s adapters/sglang/tests -v
 """
 
 import os
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SGLANG = os.path.dirname(HERE)
-sys.path.insert(0, SGLANG)
+from kvcheck.adapter import load_module
 
-# subject.py imports neither torch nor sglang at module level.
-from subject import TAG_OFFSET, Pair, kvcheck, positions  # noqa: E402
+SGLANG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# subject.py imports neither torch nor sglang at module level; loader.py
+# first, which it imports by name.
+load_module(SGLANG, "loader")
+subject = load_module(SGLANG, "subject")
+TAG_OFFSET, Pair, kvcheck, positions = subject.TAG_OFFSET, subject.Pair, subject.kvcheck, subject.positions
 
 
 class Cache:

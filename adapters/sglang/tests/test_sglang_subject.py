@@ -14,15 +14,12 @@ import struct
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SGLANG = os.path.dirname(HERE)
-ADAPTERS = os.path.dirname(SGLANG)
-sys.path.insert(0, ADAPTERS)
-sys.path.insert(0, SGLANG)
+from kvcheck.adapter import load_module, shared
 
-import clean_protocol  # noqa: E402
-import kvtrace_replay  # noqa: E402
-import loader  # noqa: E402
+SGLANG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+clean_protocol = shared("clean_protocol")
+kvtrace_replay = shared("kvtrace_replay")
+loader = load_module(SGLANG, "loader")
 
 VERSION = os.environ.get("SGLANG_VERSION", loader.DEFAULT_VERSION)
 SUBJECT = "%s %s --version %s" % (sys.executable, os.path.join(SGLANG, "subject.py"), VERSION)

@@ -5,26 +5,20 @@ The first tests need only the standard library. The rest build tiny random
 models with torch and transformers, the environment of
 adapters/transformers/setup.sh; without it they skip, saying so:
 
-    python3 -m unittest discover -s adapters/transformers/tests -v
+    PYTHONPATH=python python3 -m unittest discover -s adapters/transformers/tests -v
     adapters/transformers/.venv/bin/python -m unittest discover -s adapters/transformers/tests -v
 """
 
-import importlib.util
 import os
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ADAPTER = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(ADAPTER))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import kvcheck
+from kvcheck.adapter import FRONT_DOOR_CONFIG as GROWTH
+from kvcheck.adapter import load_file
 
-import kvcheck  # noqa: E402
+ADAPTER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-spec = importlib.util.spec_from_file_location("transformers_generate_subject",
-                                              os.path.join(ADAPTER, "generate_subject.py"))
-generate_subject = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(generate_subject)
+generate_subject = load_file(os.path.join(ADAPTER, "generate_subject.py"), "transformers_generate_subject")
 
 try:
     import torch  # noqa: F401
@@ -36,10 +30,6 @@ except ImportError:
 
 SKIP = "transformers environment absent: run adapters/transformers/setup.sh, then this with its venv's python"
 
-GROWTH = {
-    "variant": "dense", "batch": 1, "heads": 1, "head_dim": 1, "dtype": "f32", "capacity": 4,
-    "sink": 0, "window": None, "growth": True, "global_sink": 0, "packed": None, "seed": 0,
-}
 
 
 class Mapping(unittest.TestCase):

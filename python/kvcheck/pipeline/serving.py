@@ -1,7 +1,7 @@
 """Serving a pipeline library's cache as a kvcheck-subject/1 process: what
 every pipeline adapter's subject.py shares around its own class.
 
-- `runtime(loader, tap=True)`: a `subject_support.Background` that imports
+- `runtime(loader, tap=True)`: a `kvcheck.adapter.Background` that imports
   torch (one thread), the attention tap (`kvcheck.torch.AttentionTap`)
   and runs `loader.load()`; its `ready()` is a namespace `torch`,
   `programs` (what the loader compiled) and `AttentionTap`.
@@ -13,31 +13,22 @@ every pipeline adapter's subject.py shares around its own class.
 - `parser(doc)`, `add_layers(...)`, `parse(...)`: the command line
   (`prog` subject.py, the docstring's first paragraph, `--layers`, and
   the positive-integer checks).
-- `main(path, cls)`: serves `cls` of the file `path` (`kvcheck.serve`).
-- `DTYPES`, `torch_dtype(torch, name)`: the config's dtype names.
+- `main(path, cls)`: serves `cls` of the file `path` (`kvcheck.adapter.main`).
 - `ChunkLoop`: which of the loop's requests a write is (`request`), and
   the outside answers to the rest; the view before any chunk (`empty_view`).
 """
 
 import argparse
 import os
-import sys
 import types
 
 import kvcheck
-from subject_support import Background
+from kvcheck.adapter import Background
 
 # The requests of a chunk loop (Self-Forcing's and the pipelines built on
 # it): a chunk appended at the global end, denoising rewrites and the clean
 # re-run of exactly that chunk, the next step's read once a chunk is there.
 LOOP = {"rewrites": "latest", "probes": "after_append", "gaps": False, "malformed": False}
-
-DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-
-
-def torch_dtype(torch, name):
-    return getattr(torch, DTYPES[name])
-
 
 def loop_domain(chunk=None, **more):
     """`LOOP`, with `chunks` of the one length `chunk` when given, and `more`."""
@@ -67,7 +58,7 @@ def runtime(loader, tap=True):
 
 
 def commit(checkout):
-    """The commit setup.sh recorded for `checkout` (a subject_support.Checkout),
+    """The commit setup.sh recorded for `checkout` (a kvcheck.adapter.Checkout),
     else `$<NAME>_COMMIT` beside its `$<NAME>_SRC`, else `?`: 12 characters."""
     try:
         return checkout.marker().get("commit", "?")[:12]
@@ -96,10 +87,10 @@ def parse(parser, argv, positive=("layers",)):
 
 
 def main(path, cls):
-    """Serves class `cls` of the subject file `path` on stdin/stdout."""
-    import kvcheck.serve
+    """Serves class `cls` of the subject file `path` on stdin/stdout (`kvcheck.adapter.main`)."""
+    from kvcheck.adapter import main as serve_file
 
-    return kvcheck.serve.main([os.path.abspath(path) + ":" + cls] + sys.argv[1:])
+    return serve_file(path, cls)
 
 
 class ChunkLoop:

@@ -20,9 +20,8 @@ import argparse
 import json
 import os
 import random
-import sys
 
-ADAPTERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..adapter import shared
 
 
 def random_config(rng, capacity, sink, **more):
@@ -55,13 +54,8 @@ def generate(trace, count, seed, expect=False, **options):
             body["note"] = "%s (pipeline_protocol.py --seed %d, trace %d)" % (note, seed, i)
         body["config"], body["ops"] = config, ops
         if expect:
-            if ADAPTERS not in sys.path:
-                sys.path.insert(0, ADAPTERS)
-            import clean_protocol
-            import kvtrace_replay
-
-            body["config"] = kvtrace_replay.full_config(config)
-            body["expect"] = clean_protocol.expect(body["config"], ops)
+            body["config"] = shared("kvtrace_replay").full_config(config)
+            body["expect"] = shared("clean_protocol").expect(body["config"], ops)
         yield body
 
 

@@ -25,8 +25,9 @@ import sys
 import tempfile
 import unittest
 
-ADAPTERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FINDINGS = os.path.join(os.path.dirname(ADAPTERS), "docs", "findings")
+from ..adapter import CHECKOUT, shared
+
+FINDINGS = os.path.join(CHECKOUT, "docs", "findings")
 
 
 def environment(adapter, loader, project, env):
@@ -48,11 +49,8 @@ def expect(config, ops):
     """The contract's outcome of every op, pins and evicts included (the
     reference model of adapters/reference_subject.py; for traces the
     reference never refuses)."""
-    if ADAPTERS not in sys.path:
-        sys.path.insert(0, ADAPTERS)
-    from reference_subject import Cache, parse_config
-
-    cache = Cache(parse_config(config))
+    reference = shared("reference_subject")
+    cache = reference.Cache(reference.parse_config(config))
     out = []
     for index, op in enumerate(ops):
         if op == "reset":
@@ -71,11 +69,7 @@ def expect(config, ops):
 
 def with_expect(config, ops):
     """A kvtrace/1 dict of `config` (its defaults filled in) and `ops`, with `expect`."""
-    if ADAPTERS not in sys.path:
-        sys.path.insert(0, ADAPTERS)
-    import kvtrace_replay
-
-    config = kvtrace_replay.full_config(config)
+    config = shared("kvtrace_replay").full_config(config)
     return {"format": "kvtrace/1", "config": config, "ops": ops, "expect": expect(config, ops)}
 
 
@@ -106,20 +100,14 @@ class SubjectTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if ADAPTERS not in sys.path:
-            sys.path.insert(0, ADAPTERS)
-        import kvtrace_replay
-
-        cls.subject = kvtrace_replay.Subject(cls.command)
+        cls.subject = shared("kvtrace_replay").Subject(cls.command)
 
     @classmethod
     def tearDownClass(cls):
         assert cls.subject.close() == 0
 
     def replay(self, trace):
-        import kvtrace_replay
-
-        return kvtrace_replay.replay(self.subject, trace, exact_kinds=False)
+        return shared("kvtrace_replay").replay(self.subject, trace, exact_kinds=False)
 
     def check_finding(self, name, op, fragment):
         """docs/findings/<name>.kvtrace.json diverges once, at op `op`, with

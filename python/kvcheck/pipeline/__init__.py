@@ -1,6 +1,7 @@
-"""The pipeline kit: what the adapters of Self-Forcing-shaped video
-pipelines (Self-Forcing, fastvideo, LongLive, Rolling Forcing, LightX2V)
-share, so that `adapters/<library>/` holds only what is the library's own.
+"""`kvcheck.pipeline`, the pipeline kit: what the adapters of
+Self-Forcing-shaped video pipelines (Self-Forcing, fastvideo, LongLive,
+Rolling Forcing, LightX2V) share, beside `kvcheck.adapter`, so that
+`adapters/<library>/` holds only what is the library's own.
 
 - `source`: finding a library's inline cache statements in its files and
   compiling them unmodified;
@@ -13,6 +14,7 @@ share, so that `adapters/<library>/` holds only what is the library's own.
 - `testing`: the opt-in tests' setup.
 
 docs/architecture.md ("A pipeline adapter") says what goes where. The
-modules import torch only when a subject opens; `adapters/` must be on
-sys.path (each adapter puts it there).
+modules import the standard library alone until a subject opens (then
+torch); `traces` and `testing` load adapters/'s shared scripts (the
+reference model, kvtrace_replay) by path, with `kvcheck.adapter.shared`.
 """

@@ -30,8 +30,9 @@ optionally `model_options`, `adapt_model`, `adapt_module`,
 """
 
 import kvcheck
+from kvcheck import adapter as kit
 
-from pipeline_kit import serving
+from . import serving
 
 LATENT_CHANNELS = 2
 TEXT_DIM = 4
@@ -115,7 +116,7 @@ class TinyWanCache(serving.ChunkLoop, kvcheck.Subject):
             cm.attention = lambda q, k, v, **kw: real(q, k, v, **dict(kw, dtype=q.dtype))
             cm._kvcheck_attention = True
         self.config = config
-        self.dtype = serving.torch_dtype(torch, config["dtype"])
+        self.dtype = kit.dtype(torch, config["dtype"])
         self.width = 2 * config["head_dim"]
         self.tiny = self.model(config["heads"], self.width, config["capacity"], config["sink"]).to(self.dtype)
         self.tap = self.tap or rt.AttentionTap()

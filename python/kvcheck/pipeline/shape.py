@@ -17,7 +17,7 @@ overflow first; attention reads the slots
 
 A library's adapter compiles, unmodified, that `forward` of the library's
 file and the pipeline statements that size the cache and place each chunk
-(pipeline_kit.source; which statements, per library, is its `Flavour`); this
+(kvcheck.pipeline.source; which statements, per library, is its `Flavour`); this
 module runs them for kvtrace ops:
 
 | kvtrace op | pipeline call |
@@ -49,7 +49,8 @@ draws only inside it.
 
 import kvcheck
 
-from pipeline_kit.serving import LOOP, torch_dtype
+from kvcheck.adapter import dtype as torch_dtype
+from .serving import LOOP
 
 
 class Flavour:
@@ -92,7 +93,7 @@ class Flavour:
         self.sizes(self.config, self.layers)
 
 
-# LOOP (pipeline_kit.serving): gaps, rewrites of older chunks and negative
+# LOOP (kvcheck.pipeline.serving): gaps, rewrites of older chunks and negative
 # numbers are answered as kvcheck.Outside. A chunk wider than the room
 # beside the sink stays inside: the stages accept such a geometry
 # (docs/findings/fastvideo-chunk-overwrites-sink.md).
