@@ -1,12 +1,14 @@
 //! The engines: the ways op sequences are generated and driven through
 //! [`crate::check`]. Every drawn case is a [`strategy::Case`], run by the
-//! one runner of [`case`]: property suites ([`suite`]), the random campaign of `kvcheck run` ([`scale`]), the
-//! exhaustive explorer ([`explore`]), the fuzz targets' bodies
-//! (`fuzzcase`, feature `arbitrary`), and what is done with a failure:
-//! [`minimize`], [`replay`], [`explain`], [`triage`]; [`power`] measures
-//! them all on the zoo of faults. What a step is compared with is the
-//! [`oracle`]: the model, the [`relation`]s of docs/contract.md §9 and the
-//! [`invariant`]s of one run, or another subject.
+//! one runner of [`case`]: the property suites ([`suite`]), the random
+//! campaign of `kvcheck run` ([`scale`]) and [`power`]. The exhaustive
+//! explorer ([`explore`]) and the fuzz targets' bodies (`fuzzcase`,
+//! feature `arbitrary`) build their ops their own way; then comes what is
+//! done with a failure: [`minimize`], [`replay`], [`explain`], [`triage`].
+//! [`power`] measures the engines on the zoo of faults. What a step is
+//! compared with is the [`oracle`]: the model, the [`relation`]s of
+//! docs/contract.md §9 and the [`invariant`]s of one run, or another
+//! subject.
 
 pub mod case;
 pub mod explain;

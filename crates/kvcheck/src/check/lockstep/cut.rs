@@ -39,7 +39,7 @@ impl Cut {
 
     /// The cut of `ops` on `config` before its first op, where the subject
     /// answered *outside* to `open`: no op was sent, so what to declare is
-    /// the configurations it opens ([`OPEN_DECLARATION`]), nothing about
+    /// the configurations it opens (`"configs"`), nothing about
     /// the first op.
     pub fn at_open(config: &Config, ops: &[Op], reason: String) -> Cut {
         Cut {

@@ -7,7 +7,7 @@
 //!
 //! A [`FuzzCase`] is a bounded configuration (capacity ≤ 64, batch ≤ 2,
 //! heads ≤ 4, head_dim ≤ 8, always valid) and up to [`MAX_OPS`] ops. The
-//! bytes are read as a [`FuzzConfig`] (derived [`Arbitrary`], one byte per
+//! bytes are read as a [`FuzzConfig`] (derived [`Arbitrary`](arbitrary::Arbitrary), one byte per
 //! field) followed by four bytes per op. Ops are decoded *relative to the
 //! model's state* (an append starts at the global end, a rewrite repeats the
 //! latest append), so libFuzzer's mutations change what the stream does

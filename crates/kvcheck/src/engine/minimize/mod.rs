@@ -2,7 +2,7 @@
 //!
 //! A trace *fails* when its subject, driven in lockstep with the model,
 //! diverges. [`minimize`] shrinks such a trace while keeping **the same
-//! failure**: the same [`DivergenceKind`] on the same kind of op
+//! failure**: the same [`DivergenceKind`](crate::check::divergence::DivergenceKind) on the same kind of op
 //! ([`Op::name`]). It runs three families of passes until none of them makes
 //! progress (or the test budget is spent):
 //!

@@ -11,7 +11,7 @@
 //! workers). [`settle`] then minimizes each representative keeping its
 //! signature and saves the minimized trace; the findings become
 //! [`FindingReport`]s, which the `--json` reports carry and
-//! [`merge_findings`] combines across shards, the way crash triage
+//! [`merge_findings`](crate::report::findings::merge_findings) combines across shards, the way crash triage
 //! deduplicates a fuzzer's crashes.
 
 mod signature;

@@ -17,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// One case's cache in a subject process (see the module docs). Dropping it
-/// returns a healthy process to its [`ExecSubject`] for the next case.
+/// returns a healthy process to its [`ExecSubject`](crate::subject::ExecSubject) for the next case.
 pub struct ExecCache {
     pub(super) subject: Arc<dyn ProcessHome>,
     pub(super) process: RefCell<Option<Process>>,
