@@ -259,11 +259,7 @@ impl Divergence {
         });
         let name = format!(
             "{}-{}-step{}-{:08x}{EXTENSION}",
-            self.subject
-                .chars()
-                .take(48)
-                .collect::<String>()
-                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
+            file_name_part(&self.subject),
             self.kind.name(),
             self.step,
             hash as u32
@@ -298,6 +294,16 @@ impl Divergence {
             .as_ref()
             .map(|p| ReplayProgram::current().command(p, subject))
     }
+}
+
+/// `name` (a subject's, as reports print it) as part of a file name: its
+/// first 48 characters, every one but ASCII letters, digits and `-` made
+/// `_`, so that an `exec:` command line names a file on any system.
+pub fn file_name_part(name: &str) -> String {
+    name.chars()
+        .take(48)
+        .collect::<String>()
+        .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
 }
 
 impl fmt::Display for Divergence {

@@ -30,12 +30,12 @@ use proptest::test_runner::{
 };
 
 use crate::check::coverage::Coverage;
-use crate::check::divergence::Divergence;
+use crate::check::divergence::{file_name_part, Divergence};
 use crate::check::trace::Trace;
 use crate::engine::case::{self, run_case, CaseError};
 use crate::engine::minimize::minimize_with;
 use crate::engine::oracle::Oracle;
-use crate::engine::oracle::{NotChecked, OracleEnvError};
+use crate::engine::oracle::OracleEnvError;
 use crate::engine::strategy::{
     profile_support, required_events, sequences, Case, DrawError, Profile,
 };
@@ -245,12 +245,6 @@ pub enum SuiteError {
         /// The events the cases did reach.
         coverage: Coverage,
     },
-}
-
-impl From<NotChecked> for SuiteError {
-    fn from(e: NotChecked) -> SuiteError {
-        SuiteError::Case(CaseError::NotChecked(e))
-    }
 }
 
 impl From<DrawError> for SuiteError {
@@ -490,12 +484,7 @@ pub fn failure_path(profile: &Profile, subject: &SubjectSpec, dir: &Path) -> Pat
         other => format!(
             "{}-{}",
             profile.name,
-            other
-                .name(&kvmodel::Config::dense(1))
-                .chars()
-                .take(48)
-                .collect::<String>()
-                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+            file_name_part(&other.name(&kvmodel::Config::dense(1)))
         ),
     };
     dir.join(format!("{name}.kvtrace.json"))
