@@ -16,13 +16,14 @@ use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::{Lockstep, SetupError};
 use kvcheck::check::record::{observe, Plan};
 use kvcheck::check::trace::{collect_trace_files, Trace};
+use kvcheck::engine::case::CaseError;
 use kvcheck::engine::case::{draw, draw_and_run};
 use kvcheck::engine::explore::Explorer;
 use kvcheck::engine::minimize::{minimize, Signature};
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::engine::replay::replay;
 use kvcheck::engine::strategy::{profile, Case, PROFILES};
-use kvcheck::engine::suite::SuiteSettings;
+use kvcheck::engine::suite::{check_profile, SuiteError, SuiteSettings};
 use kvcheck::subject::{ExecSubject, SubjectSpec};
 use kvcheck::{Config, Op, Write};
 
@@ -330,6 +331,27 @@ fn a_command_that_does_not_start_is_a_setup_error_naming_it() {
         .expect("nothing to start");
     assert!(matches!(err, SetupError::CacheRefused(_)));
     assert!(err.to_string().contains("cannot start"), "{err}");
+    // A suite names the profile it could not run, and why.
+    let suite = SuiteSettings {
+        subject: subject.clone(),
+        ..settings(4)
+    };
+    let err = check_profile(profile("growth").unwrap(), &suite).expect_err("nothing to start");
+    assert!(
+        matches!(
+            err,
+            SuiteError::Case {
+                profile: "growth",
+                source: CaseError::Capabilities { .. }
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("profile growth: cannot ask") && message.contains("kvcheck-subject"),
+        "{message}"
+    );
     assert!(SubjectSpec::parse("exec:").is_err());
     assert!(SubjectSpec::parse("exec:python3 'unclosed").is_err());
 }

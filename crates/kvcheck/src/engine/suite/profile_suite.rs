@@ -200,9 +200,15 @@ impl std::error::Error for SuiteDivergence {}
 /// event was never reached.
 #[derive(Debug, thiserror::Error)]
 pub enum SuiteError {
-    /// The cases could not be drawn or run (see [`CaseError`]).
-    #[error(transparent)]
-    Case(#[from] CaseError),
+    /// The cases of `profile` could not be drawn or run (see
+    /// [`CaseError`]).
+    #[error("profile {profile}: {source}")]
+    Case {
+        /// The profile.
+        profile: &'static str,
+        /// Why its cases could not be drawn or run.
+        source: CaseError,
+    },
     /// The subject diverged; the case was reduced and its trace saved.
     #[error(transparent)]
     Diverged(Box<SuiteDivergence>),
@@ -247,9 +253,13 @@ pub enum SuiteError {
     },
 }
 
-impl From<DrawError> for SuiteError {
-    fn from(e: DrawError) -> SuiteError {
-        SuiteError::Case(CaseError::Draw(e))
+impl SuiteError {
+    /// The error for `profile`'s cases that could not be drawn or run.
+    fn case(profile: &'static Profile) -> impl Fn(CaseError) -> SuiteError {
+        move |source| SuiteError::Case {
+            profile: profile.name,
+            source,
+        }
     }
 }
 
@@ -263,7 +273,8 @@ pub fn check_profile(
     profile: &'static Profile,
     settings: &SuiteSettings,
 ) -> Result<Coverage, SuiteError> {
-    let capabilities = case::capabilities(&settings.subject, &settings.oracle)?;
+    let capabilities = case::capabilities(&settings.subject, &settings.oracle)
+        .map_err(SuiteError::case(profile))?;
     if let Err(unsupported) = profile_support(profile, &capabilities) {
         eprintln!("skipped: {unsupported}");
         return Ok(Coverage::default());
@@ -300,7 +311,8 @@ fn shrunk_cases(
     capabilities: Arc<Capabilities>,
 ) -> Result<Coverage, SuiteError> {
     let config = settings.proptest_config(profile);
-    let strategy = sequences(profile, capabilities, settings.max_ops).map_err(DrawError::from)?;
+    let strategy = sequences(profile, capabilities, settings.max_ops)
+        .map_err(|e| SuiteError::case(profile)(DrawError::from(e).into()))?;
     let mut runner = TestRunner::new(config);
     let coverage = RefCell::new(Coverage::default());
     let failed = RefCell::new(None);
@@ -378,7 +390,7 @@ fn shrunk_cases(
                     trace,
                 })))
             }
-            Some(Failed::Broken(e)) => Err(e.into()),
+            Some(Failed::Broken(e)) => Err(SuiteError::case(profile)(e)),
             Some(Failed::Panicked { message, case }) => {
                 let path = failure_path(profile, &settings.subject, &settings.failures_dir);
                 let trace = Trace::new(case.config, case.ops)
@@ -437,8 +449,10 @@ fn minimized_cases(
     let mut runner = TestRunner::new(settings.proptest_config(profile));
     let mut coverage = Coverage::default();
     for case in 0..settings.cases {
-        let drawn = oracle.draw(profile, capabilities, &mut runner, settings.max_ops)?;
-        let outcome = run_case(&drawn, subject, oracle)?;
+        let drawn = oracle
+            .draw(profile, capabilities, &mut runner, settings.max_ops)
+            .map_err(|e| SuiteError::case(profile)(e.into()))?;
+        let outcome = run_case(&drawn, subject, oracle).map_err(SuiteError::case(profile))?;
         coverage.merge(&outcome.coverage);
         let Some(found) = outcome.divergence else {
             continue;
