@@ -43,7 +43,9 @@ The subclass API (stable):
   `evict` and `pin` "any" | "scene_cut" | "held", `rewinds` "any" |
   "held", `configs` a dict of CONFIG_LIMITS (`min_room`, `min_window`:
   the least C - S and W - S; `batch`, `heads`, `head_dim`: the values it
-  opens); revision 3, DOMAIN_FIELDS and docs/subject-protocol.md say what
+  opens; `max_sink`: the most sink tokens, 0 for a cache without sinks;
+  `growth`: true for a cache that only grows, false for one that never
+  does); revision 3, DOMAIN_FIELDS and docs/subject-protocol.md say what
   each admits). kvcheck then draws
   only inside it. `trims` (("before_read",) default: the trim modes the
   cache opens, any of `TRIMS`, docs/contract.md §3 "Trim modes"): a cache
@@ -137,8 +139,18 @@ DOMAIN_FIELDS = {
 }
 
 # The limits of a domain's "configs" (each optional): least numbers
-# (C - S and W - S beside the sink) or lists of the values opened.
-CONFIG_LIMITS = {"min_room": "least", "min_window": "least", "batch": "list", "heads": "list", "head_dim": "list"}
+# (C - S and W - S beside the sink), lists of the values opened, the most
+# sink tokens (0: no sink) and whether configurations grow (true: only
+# growing ones, false: none).
+CONFIG_LIMITS = {
+    "min_room": "least",
+    "min_window": "least",
+    "batch": "list",
+    "heads": "list",
+    "head_dim": "list",
+    "max_sink": "least",
+    "growth": "bool",
+}
 
 
 class Refused(Exception):
@@ -213,8 +225,10 @@ def configs_problem(limits):
         kind = CONFIG_LIMITS.get(name)
         if kind is None:
             return '"configs": unknown limit %r (expected %s)' % (name, ", ".join(CONFIG_LIMITS))
-        if kind == "least" and not (positive(value) or value == 0):
+        if kind == "least" and not (positive(value) or (value == 0 and not isinstance(value, bool))):
             return '"configs": {"%s": %r}: expected an int >= 0' % (name, value)
+        if kind == "bool" and not isinstance(value, bool):
+            return '"configs": {"%s": %r}: expected true or false' % (name, value)
         if kind == "list" and (
             isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value
             or not all(positive(n) for n in value)

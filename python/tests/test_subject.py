@@ -349,9 +349,18 @@ class Domains(unittest.TestCase):
             "evict": "scene_cut",
             "pin": "held",
             "rewinds": "held",
-            "configs": {"min_room": 3, "min_window": 3, "batch": [1], "heads": [1, 2], "head_dim": [4]},
+            "configs": {
+                "min_room": 3,
+                "min_window": 3,
+                "batch": [1],
+                "heads": [1, 2],
+                "head_dim": [4],
+                "max_sink": 0,
+                "growth": True,
+            },
         }
         self.assertEqual(sorted(domain), sorted(kvcheck.DOMAIN_FIELDS))
+        self.assertEqual(sorted(domain["configs"]), sorted(kvcheck.subject.CONFIG_LIMITS))
         subject = self.declared(domain)
         Session(subject)
         self.assertEqual(subject.capabilities(revision=3)["domain"], domain)
@@ -373,6 +382,9 @@ class Domains(unittest.TestCase):
             ({"chunks": {"multiple": True}}, "positive"),
             ({"chunks": {"sizes": [3]}}, "chunks"),
             ({"chunks": 3}, "chunks"),
+            ({"configs": {"growth": 1}}, "expected true or false"),
+            ({"configs": {"max_sink": -1}}, "expected an int >= 0"),
+            ({"configs": {"max_sink": False}}, "expected an int >= 0"),
             (["gaps"], "expected a dict"),
         ):
             with self.assertRaisesRegex(ValueError, "Declared.domain") as caught:

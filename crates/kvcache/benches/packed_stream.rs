@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion};
-use kvcache::{KvCache, PackedCache};
+use kvcache::{Internals, KvCache, PackedCache};
 use kvmodel::{Config, Dtype, PackedPolicy, Quant, Write};
 
 const B: usize = 1;

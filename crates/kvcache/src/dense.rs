@@ -57,7 +57,7 @@ use kvmodel::{Config, Write};
 
 use crate::contract::Residency;
 use crate::segments::buffer_view;
-use crate::{KvCache, Layout, Path, Result, SegmentedView, Slot, View};
+use crate::{Internals, KvCache, Layout, Path, Result, SegmentedView, Slot, View};
 use inplace::{CopyBlock, Place, ShiftRows, ZeroRows};
 use slots::SlotMap;
 
@@ -272,10 +272,6 @@ impl KvCache for DenseCache {
         self.state.global_end
     }
 
-    fn capacity(&self) -> usize {
-        self.state.capacity
-    }
-
     /// docs/contract.md §3 `write`: checks 1–8 in order, then the payload (shape,
     /// dtype, device), then the commit: grow or evict-shift, zero the fresh
     /// rows of a head-range write, copy the payload block in place.
@@ -387,6 +383,16 @@ impl KvCache for DenseCache {
         self.slots.clear();
         self.state.reset();
         Ok(0)
+    }
+
+    fn internals(&self) -> Option<&dyn Internals> {
+        Some(self)
+    }
+}
+
+impl Internals for DenseCache {
+    fn capacity(&self) -> usize {
+        self.state.capacity
     }
 
     /// `2 · B · C · H · D · size_of(dtype)`: the allocated buffers.

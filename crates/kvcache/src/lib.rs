@@ -185,6 +185,21 @@ pub struct Layout {
     pub slots: Vec<Slot>,
 }
 
+/// The storage a cache may report beside the contract's outcomes: what
+/// docs/contract.md §3 step 7 (growth) and §6 (resident bytes) say it
+/// holds, and its slots. A [`KvCache`] that implements it and returns
+/// `Some(self)` from [`KvCache::internals`] has them compared after every
+/// op; one that does not is judged on its outcomes, global end and views
+/// alone.
+pub trait Internals {
+    /// The current capacity `C` (grows with `growth`).
+    fn capacity(&self) -> usize;
+    /// Bytes held for K and V (docs/contract.md §6's formula).
+    fn resident_bytes(&self) -> u64;
+    /// The storage layout, slot by slot.
+    fn layout(&self) -> Layout;
+}
+
 /// The operations of docs/contract.md §3 on an optimized cache.
 ///
 /// Every method either succeeds with the outcome the contract gives, or
@@ -194,8 +209,6 @@ pub trait KvCache {
     fn config(&self) -> &Config;
     /// The global end `G`.
     fn global_end(&self) -> u64;
-    /// The current capacity `C` (grows with `growth`).
-    fn capacity(&self) -> usize;
     /// docs/contract.md §3 `write`. `k` and `v` have shape `[B, len, heads written, D]`
     /// in the cache dtype on the cache device.
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>>;
@@ -219,10 +232,14 @@ pub trait KvCache {
     /// for a cache in another process, what it holds locally (its global
     /// end) stays as it was and the error is that process's failure.
     fn reset(&mut self) -> Result<u64>;
-    /// Bytes held for K and V (docs/contract.md §6's formula).
-    fn resident_bytes(&self) -> u64;
-    /// The storage layout, slot by slot.
-    fn layout(&self) -> Layout;
+    /// What the cache reports of its storage ([`Internals`]: capacity,
+    /// resident bytes, layout), for a harness to compare with the
+    /// contract's. The default reports nothing, and nothing of it is then
+    /// compared: a cache implements [`Internals`] and returns `Some(self)`
+    /// only when it wants them checked.
+    fn internals(&self) -> Option<&dyn Internals> {
+        None
+    }
     /// [`KvCache::write`] returning the view as segments. The default makes
     /// one segment of the contiguous view; caches whose visible rows are
     /// scattered return zero-copy pieces instead of concatenating them.

@@ -28,7 +28,7 @@ use kvmodel::{
 };
 
 use crate::quant;
-use crate::{candle_dtype, check_payload, KvCache, Layout, Path, Result, Slot, View};
+use crate::{candle_dtype, check_payload, Internals, KvCache, Layout, Path, Result, Slot, View};
 
 mod storage;
 
@@ -190,10 +190,6 @@ impl KvCache for PackedCache {
 
     fn global_end(&self) -> u64 {
         self.global_end
-    }
-
-    fn capacity(&self) -> usize {
-        self.config.capacity
     }
 
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
@@ -382,6 +378,16 @@ impl KvCache for PackedCache {
         self.global_end = 0;
         self.evicted_to = self.sink;
         Ok(0)
+    }
+
+    fn internals(&self) -> Option<&dyn Internals> {
+        Some(self)
+    }
+}
+
+impl Internals for PackedCache {
+    fn capacity(&self) -> usize {
+        self.config.capacity
     }
 
     fn resident_bytes(&self) -> u64 {

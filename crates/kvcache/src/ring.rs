@@ -45,7 +45,7 @@ use kvmodel::{Config, Write};
 
 use crate::contract::{Residency, WritePlan};
 use crate::segments::{buffer_view, set_rows};
-use crate::{KvCache, Layout, Result, RingLayout, SegmentedView, View};
+use crate::{Internals, KvCache, Layout, Result, RingLayout, SegmentedView, View};
 use map::RingMap;
 
 /// The ring cache of docs/contract.md §1–§5 (see the module docs).
@@ -185,10 +185,6 @@ impl KvCache for RingCache {
         self.state.global_end
     }
 
-    fn capacity(&self) -> usize {
-        self.state.capacity
-    }
-
     /// [`KvCache::write_segments`], concatenated.
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
         self.write_segments(request, k, v)?.into_view()
@@ -222,17 +218,6 @@ impl KvCache for RingCache {
         self.map.clear();
         self.state.reset();
         Ok(0)
-    }
-
-    /// `2 · B · C · H · D · size_of(dtype)`: the allocated buffers.
-    fn resident_bytes(&self) -> u64 {
-        self.state.resident_bytes()
-    }
-
-    fn layout(&self) -> Layout {
-        Layout {
-            slots: self.map.slots(),
-        }
     }
 
     /// docs/contract.md §3 `write`: checks 1–8 in order, then the payload (shape,
@@ -294,5 +279,26 @@ impl KvCache for RingCache {
             .find_map(|r| crate::ranges::subtract(r.clone(), &protected).next())
             .map(|r| r.start);
         Some(self.map.ring(oldest, self.newest()))
+    }
+
+    fn internals(&self) -> Option<&dyn Internals> {
+        Some(self)
+    }
+}
+
+impl Internals for RingCache {
+    fn capacity(&self) -> usize {
+        self.state.capacity
+    }
+
+    /// `2 · B · C · H · D · size_of(dtype)`: the allocated buffers.
+    fn resident_bytes(&self) -> u64 {
+        self.state.resident_bytes()
+    }
+
+    fn layout(&self) -> Layout {
+        Layout {
+            slots: self.map.slots(),
+        }
     }
 }

@@ -11,7 +11,7 @@
 //!   process ([`subject::ExecSubject`], `docs/subject-protocol.md`) or in
 //!   another crate ([`subject::Factory`]), each with its [`Capabilities`];
 //!   [`SubjectSpec`] is the parsed `--subject` text.
-//! - [`check`]: the code that applies ops to a subject. [`Lockstep`]
+//! - [`check`](mod@check): the code that applies ops to a subject. [`Lockstep`]
 //!   applies each op to the model and to a subject and compares everything
 //!   bit for bit, returning a [`Divergence`]; [`check::record`] runs a plan
 //!   on a subject and records what it showed, for the oracles that need no
@@ -55,6 +55,7 @@ pub mod subject;
 pub use check::divergence::{Divergence, DivergenceKind};
 pub use check::lockstep::{Lockstep, SetupError};
 pub use check::trace::Trace;
+pub use engine::check::{CheckFailure, CheckSettings, Checked};
 pub use engine::explore::Explorer;
 pub use subject::{Capabilities, SubjectSpec};
 
@@ -62,3 +63,27 @@ pub use kvmodel::{
     CacheError, Config, Dtype, Effect, ErrorKind, Model, Op, Outcome, PackedPolicy, Quant, Trim,
     Variant, Write,
 };
+
+/// Checks the cache `factory` builds, as `kvcheck.check` does a Python
+/// cache: the campaign of `kvcheck run` over every profile its
+/// capabilities open, the first divergence minimized and saved with the
+/// line that reproduces it from the calling test
+/// (`KVCHECK_REPLAY=TRACE cargo test NAME`). With `settings.replay` set
+/// (`KVCHECK_REPLAY`), only that trace is replayed. `Ok` when no case
+/// diverged, enough writes were served and at most
+/// [`CheckSettings::max_outside`] of the drawn ops lay outside the cache's
+/// declared domain; see [`engine::check`].
+///
+/// ```no_run
+/// use kvcheck::subject::{Capabilities, Factory, ReferenceCache};
+/// use kvcheck::CheckSettings;
+///
+/// let factory = Factory::new("naive", Capabilities::full(), |config, device| {
+///     Ok(Box::new(ReferenceCache::new(config, device)?))
+/// });
+/// let checked = kvcheck::check(factory, &CheckSettings::from_env().unwrap()).unwrap();
+/// println!("{checked}");
+/// ```
+pub fn check(factory: subject::Factory, settings: &CheckSettings) -> Result<Checked, CheckFailure> {
+    engine::check::check(factory, settings)
+}

@@ -145,10 +145,6 @@ impl KvCache for RingOfRows {
         self.global_end
     }
 
-    fn capacity(&self) -> usize {
-        self.config.capacity
-    }
-
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
         let checked = request.check_arguments(self.config.heads)?;
         if request.heads.is_some() {
@@ -290,6 +286,16 @@ impl KvCache for RingOfRows {
         self.slots.iter_mut().for_each(|slot| *slot = None);
         self.global_end = 0;
         Ok(0)
+    }
+
+    fn internals(&self) -> Option<&dyn kvcache::Internals> {
+        Some(self)
+    }
+}
+
+impl kvcache::Internals for RingOfRows {
+    fn capacity(&self) -> usize {
+        self.config.capacity
     }
 
     fn resident_bytes(&self) -> u64 {

@@ -8,7 +8,8 @@ use kvmodel::{Config, Quant, Variant, Write};
 
 use super::{CacheFault, FaultBase};
 use crate::{
-    candle_dtype, DenseCache, KvCache, Layout, PackedCache, Path, Result, RingCache, Slot, View,
+    candle_dtype, DenseCache, Internals, KvCache, Layout, PackedCache, Path, Result, RingCache,
+    Slot, View,
 };
 
 #[allow(unused_imports)]
@@ -92,6 +93,15 @@ impl FaultyCache {
         }
     }
 
+    /// What the correct cache underneath reports of its storage.
+    pub(super) fn storage(&self) -> &dyn Internals {
+        match &self.inner {
+            Inner::Dense(c) => c,
+            Inner::Packed(c) => c,
+            Inner::Ring(c) => c,
+        }
+    }
+
     pub(super) fn cache_mut(&mut self) -> &mut dyn KvCache {
         match &mut self.inner {
             Inner::Dense(c) => c,
@@ -117,7 +127,7 @@ impl FaultyCache {
     }
 
     pub(super) fn resident(&self) -> BTreeSet<u64> {
-        self.cache()
+        self.storage()
             .layout()
             .slots
             .iter()
@@ -129,7 +139,7 @@ impl FaultyCache {
     }
 
     pub(super) fn cold(&self) -> BTreeSet<u64> {
-        self.cache()
+        self.storage()
             .layout()
             .slots
             .iter()
@@ -183,10 +193,6 @@ impl KvCache for FaultyCache {
 
     fn global_end(&self) -> u64 {
         self.cache().global_end()
-    }
-
-    fn capacity(&self) -> usize {
-        self.cache().capacity()
     }
 
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> Result<View<'_>> {
@@ -249,11 +255,21 @@ impl KvCache for FaultyCache {
         Ok(g)
     }
 
+    fn internals(&self) -> Option<&dyn Internals> {
+        Some(self)
+    }
+}
+
+impl Internals for FaultyCache {
+    fn capacity(&self) -> usize {
+        self.storage().capacity()
+    }
+
     fn resident_bytes(&self) -> u64 {
-        self.cache().resident_bytes() - self.extra_cold_savings()
+        self.storage().resident_bytes() - self.extra_cold_savings()
     }
 
     fn layout(&self) -> Layout {
-        self.cache().layout()
+        self.storage().layout()
     }
 }

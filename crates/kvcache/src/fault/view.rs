@@ -88,7 +88,7 @@ impl FaultyCache {
         let sink = c.sink as u64;
         match self.fault {
             CacheFault::WindowDropsSink
-                if !recent_window && self.window() < self.cache().capacity() =>
+                if !recent_window && self.window() < self.storage().capacity() =>
             {
                 view.filter(|p| p >= sink)
             }
@@ -96,7 +96,7 @@ impl FaultyCache {
                 self.window_budget(view, self.window(), c.sink)
             }
             CacheFault::GrowthKeepsWindow
-                if !recent_window && self.cache().capacity() > self.initial.1 =>
+                if !recent_window && self.storage().capacity() > self.initial.1 =>
             {
                 self.window_budget(view, self.initial.0, 0)
             }

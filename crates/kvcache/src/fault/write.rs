@@ -42,7 +42,7 @@ impl FaultyCache {
                 if valid
                     && len == 0
                     && start as u64 == g
-                    && self.resident().len() >= self.cache().capacity() =>
+                    && self.resident().len() >= self.storage().capacity() =>
             {
                 // Room for max(n, 1) rows; nothing evictable leaves it full.
                 let _ = self.cache_mut().evict(1);

@@ -262,6 +262,8 @@ fn rewound_chunks_leave_the_recent_count_on_every_packed_cache() {
             assert!(outcome.is_ok(), "{name}: op {i} ({op})");
         }
         let hot: Vec<u64> = cache
+            .internals()
+            .expect("the shipped caches report their storage")
             .layout()
             .slots
             .iter()

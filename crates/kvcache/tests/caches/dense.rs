@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use kvcache::{DenseCache, KvCache, Path, Slot};
+use kvcache::{DenseCache, Internals, KvCache, Path, Slot};
 use kvmodel::{Config, Dtype, ErrorKind, Model, Op, Write};
 use proptest::prelude::*;
 

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use crate::vector_config::config_from_trace;
 use candle_core::{DType, Device, Tensor};
-use kvcache::{candle_dtype, KvCache, PackedCache};
+use kvcache::{candle_dtype, Internals, KvCache, PackedCache};
 use kvmodel::quant::{cold_round_trip, round_to_dtype};
 use kvmodel::{Config, Dtype, Effect, Model, Op, Outcome, PackedPolicy, Quant, Variant, Write};
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 //! destination.
 
 use candle_core::{DType, Device, Tensor};
-use kvcache::{Error, KvCache, RingCache, Slot};
+use kvcache::{Error, Internals, KvCache, RingCache, Slot};
 use kvmodel::{Config, Write};
 
 /// `[B, n, H, D]` rows whose values say their position: row `t` of a write

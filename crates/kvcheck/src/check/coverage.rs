@@ -30,7 +30,30 @@ pub const EVENTS: &[&str] = &[
     "partly_evicted_chunk",
 ];
 
-/// Counts of labelled events (see [`EVENTS`] and `error:KIND`).
+/// The kinds of judged op a run counts, as `op:KIND` labels beside the
+/// events, with their names in a summary: every judged op gets its kind
+/// (a write by where it lands on the state before it), an oversized chunk
+/// (longer than `C − S` before it) and a refused op one more each. A user
+/// reads them to see that the ops their cache serves were exercised.
+pub const OP_KINDS: &[(&str, &str)] = &[
+    ("op:append", "appends"),
+    ("op:rewrite", "rewrites"),
+    ("op:probe", "probes"),
+    ("op:gap", "gaps"),
+    ("op:rewind", "rewinds"),
+    ("op:evict", "evicts"),
+    ("op:pin", "pins"),
+    ("op:reset", "resets"),
+    ("op:oversized", "oversized chunks"),
+    ("op:refused", "refusals"),
+];
+
+/// The label a suite counts a case under when the subject cut it short,
+/// answering *outside* its domain: events the rest of the case would have
+/// reached are missed for that reason, not for a weak strategy.
+pub const CUT_CASE: &str = "case:cut";
+
+/// Counts of labelled events (see [`EVENTS`], [`OP_KINDS`] and `error:KIND`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct Coverage {
@@ -75,6 +98,41 @@ impl Coverage {
             .collect()
     }
 
+    /// The judged ops by kind, in words: `ops judged: 12 appends, 3
+    /// rewrites, …` (every kind of [`OP_KINDS`], zeros included, so that a
+    /// kind never drawn shows).
+    pub fn op_summary(&self) -> String {
+        let kinds: Vec<String> = OP_KINDS
+            .iter()
+            .map(|(label, name)| format!("{} {name}", self.count(label)))
+            .collect();
+        format!("ops judged: {}", kinds.join(", "))
+    }
+
+    /// Counts the kind of one judged op (see [`OP_KINDS`]) from the state
+    /// before it.
+    fn count_op(&mut self, before: &Before, sink: usize, op: &Op, outcome: &Outcome) {
+        let kind = match op {
+            Op::Write(w) if w.len == 0 => "op:probe",
+            Op::Write(w) if w.start >= 0 && (w.start as u64) < before.global_end => "op:rewrite",
+            Op::Write(w) if w.start >= 0 && w.start as u64 == before.global_end => "op:append",
+            Op::Write(_) => "op:gap",
+            Op::Rewind { .. } => "op:rewind",
+            Op::Evict { .. } => "op:evict",
+            Op::Pin { .. } => "op:pin",
+            Op::Reset => "op:reset",
+        };
+        self.hit(kind);
+        if let Op::Write(w) = op {
+            if w.len > 0 && w.len as u64 > before.capacity.saturating_sub(sink) as u64 {
+                self.hit("op:oversized");
+            }
+        }
+        if matches!(outcome, Outcome::Err(_)) {
+            self.hit("op:refused");
+        }
+    }
+
     /// Labels one step from the model before and after it.
     pub fn observe(&mut self, before: &Model, after: &Model, op: &Op, outcome: &Outcome) {
         self.observe_from(&Before::of(before), after, op, outcome)
@@ -83,6 +141,7 @@ impl Coverage {
     /// [`Coverage::observe`] from a [`Before`] snapshot instead of a clone
     /// of the whole model (the driver takes one per step).
     pub fn observe_from(&mut self, before: &Before, after: &Model, op: &Op, outcome: &Outcome) {
+        self.count_op(before, after.config().sink, op, outcome);
         let effect = match outcome {
             Outcome::Err(kind) => {
                 self.hit(&format!("error:{}", kind.name()));

@@ -52,6 +52,8 @@ pub enum DivergenceKind {
     Crash,
     /// An external subject did not answer within the timeout and was killed.
     Timeout,
+    /// The cache panicked (caught; the case ends there).
+    Panic,
     /// An external subject wrote a line that is not JSON, a response of the
     /// wrong shape or a payload of the wrong length.
     Protocol,
@@ -92,6 +94,7 @@ impl DivergenceKind {
             DivergenceKind::Timeout => "timeout",
             DivergenceKind::Protocol => "protocol",
             DivergenceKind::Unsupported => "unsupported",
+            DivergenceKind::Panic => "panic",
             DivergenceKind::Outside => "outside",
             DivergenceKind::Domain => "domain_violation",
             DivergenceKind::Relation(relation) => relation.kind_name(),
@@ -230,6 +233,11 @@ pub struct Divergence {
     pub subject: String,
     /// Where the trace was saved, once it is.
     pub saved: Option<PathBuf>,
+    /// The command that reproduces it, where `kvcheck replay` cannot: a
+    /// cache built in the user's own crate is replayed by that crate's
+    /// test (`KVCHECK_REPLAY=TRACE cargo test NAME`). `None`: the replay
+    /// command of the saved trace.
+    pub reproduce: Option<String>,
 }
 
 impl Divergence {
@@ -286,6 +294,9 @@ impl Divergence {
     /// The command that reproduces this divergence, once saved, spelled
     /// for where this process runs ([`ReplayProgram::current`]).
     pub fn replay_command(&self) -> Option<String> {
+        if let Some(command) = &self.reproduce {
+            return Some(command.clone());
+        }
         let subject = match self.subject.as_str() {
             "dense" | "packed" => None,
             other => Some(other),
@@ -471,5 +482,6 @@ pub fn misbehaviour(failure: &SubjectFailure) -> Option<DivergenceKind> {
         }
         SubjectFailure::Crash { .. } => Some(DivergenceKind::Crash),
         SubjectFailure::Timeout { .. } => Some(DivergenceKind::Timeout),
+        SubjectFailure::Panicked { .. } => Some(DivergenceKind::Panic),
     }
 }

@@ -294,8 +294,8 @@ pub fn observe(subject: &SubjectSpec, plan: &Plan) -> Result<Transcript, Observe
             departed = true;
         }
         transcript.seen.push(seen);
-        if capabilities.internals {
-            transcript.capacity.push(cache.capacity());
+        if let Some(internals) = cache.internals().filter(|_| capabilities.internals) {
+            transcript.capacity.push(internals.capacity());
         }
     }
     Ok(transcript)

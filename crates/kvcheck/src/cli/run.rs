@@ -1,21 +1,16 @@
 //! `kvcheck run`: the checking campaign over the built-in profiles.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvcheck::check::coverage::{Coverage, EVENTS};
-use kvcheck::check::relation::Relation;
-use kvcheck::engine::minimize::minimize_keeping;
-use kvcheck::engine::oracle::Judged;
-use kvcheck::engine::oracle::Oracle;
-use kvcheck::engine::scale::{parse_jobs, Campaign, Found};
-use kvcheck::engine::strategy::{profile_support, required_events, PROFILES};
+use kvcheck::engine::run::{select_profiles, Run, RunError};
+use kvcheck::engine::scale::{parse_jobs, Campaign};
+use kvcheck::engine::strategy::PROFILES;
 use kvcheck::report::findings::findings_table;
 use kvcheck::report::shard::Shard;
-use kvcheck::report::{
-    merge_judged, DivergenceReport, ProfileReport, RelationJudged, Report, RunReport, REPORT_FORMAT,
-};
+use kvcheck::report::{merge_judged, Report, RunReport};
 use kvcheck::settings::Settings;
 use kvcheck::subject::SubjectSpec;
 use kvcheck::Variant;
@@ -90,60 +85,52 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    for name in &args.profile {
-        if !PROFILES.iter().any(|p| p.name == name) {
-            return Err(CliError::UnknownProfile(name.clone()));
-        }
-    }
     if !(args.time.is_finite() && args.time > 0.0) {
         return Err(CliError::InvalidTime(args.time));
     }
-    let selected: Vec<usize> = (0..PROFILES.len())
-        .filter(|&i| args.profile.is_empty() || args.profile.iter().any(|n| n == PROFILES[i].name))
-        .filter(|&i| {
-            let variant = if PROFILES[i].name == "packed" {
-                Variant::Packed
-            } else {
-                Variant::Dense
-            };
-            args.variant.is_none_or(|v| v == variant)
-        })
-        .collect();
-    let subject = args.subject.spec();
-    super::announce(&subject);
-    let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
-    // A differential oracle runs the same cases: a profile it cannot
-    // express is skipped as one the subject cannot.
-    let oracle = args.subject.oracle();
-    let oracle_side = match oracle.runs() {
-        Some(other) => Some((
-            other.name(&kvmodel::Config::dense(1)),
-            other.capabilities().map_err(CliError::Capabilities)?,
-        )),
-        None => None,
-    };
-    let selected: Vec<usize> = selected
-        .into_iter()
-        .filter(|&i| {
-            let why = match (profile_support(&PROFILES[i], &capabilities), &oracle_side) {
-                (Err(why), _) => why.to_string(),
-                (Ok(()), Some((name, theirs))) => {
-                    match profile_support(&PROFILES[i], &capabilities.shared_with(theirs)) {
-                        Ok(()) => return true,
-                        Err(why) => format!("by the oracle {name}: {}", why.what),
-                    }
-                }
-                (Ok(()), None) => return true,
-            };
-            println!("skipped: {why}");
-            false
-        })
-        .collect();
-    if selected.is_empty() {
-        return Err(CliError::NoProfile);
-    }
     if !args.shard.is_all() && args.seed.is_none() {
         return Err(CliError::ShardWithoutSeed(args.shard));
+    }
+    let subject = args.subject.spec();
+    super::announce(&subject);
+    let run = plan(&args, subject, settings)?;
+    let report = execute(&run, &args)?;
+    if let Some(path) = &args.json {
+        Report::Run(report.clone())
+            .save(path)
+            .map_err(CliError::WriteReport)?;
+    }
+    print_tables(&report)?;
+    if report.too_few_judged() {
+        let domain = report.domain();
+        let error = CliError::TooFewJudged {
+            judged: report.judged(),
+            served: domain.served,
+            floor: args.min_judged,
+            outside: domain.outside,
+            drawn: domain.drawn,
+        };
+        println!("{error}");
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// The run the arguments ask for: the profiles the subject (and the
+/// oracle's) can open, each one left out said with why, and the
+/// campaign's seed, workers and budget announced.
+fn plan(args: &Args, subject: SubjectSpec, settings: &Settings) -> Result<Run, CliError> {
+    let oracle = args.subject.oracle();
+    let selection = match select_profiles(&args.profile, args.variant, &subject, &oracle) {
+        Ok(selection) => selection,
+        Err(RunError::NoProfile { skipped }) => {
+            skipped.iter().for_each(|why| println!("skipped: {why}"));
+            return Err(CliError::NoProfile);
+        }
+        Err(e) => return Err(run_error(e)),
+    };
+    for why in &selection.skipped {
+        println!("skipped: {why}");
     }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -158,198 +145,64 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     };
     println!(
         "kvcheck run: {} profiles, {:.0} s, seed {seed}{shard}, {jobs} workers (rerun with --seed {seed})",
-        selected.len(),
+        selection.profiles.len(),
         args.time
     );
-    let failures = failures_dir(args.out.clone(), settings);
-    let budget = Duration::from_secs_f64(args.time);
-    let bar = ProgressBar::new(budget.as_millis() as u64);
+    let keep_going = args.triage.keep_going;
+    let run = Run {
+        campaign: Campaign {
+            seed,
+            profiles: selection.profiles,
+            max_ops: args.max_ops,
+            cases: args.cases,
+            budget: Duration::from_secs_f64(args.time),
+            jobs,
+            shard: args.shard,
+            subject,
+            oracle,
+        },
+        keep_going,
+        max_tests: args
+            .triage
+            .max_tests
+            .filter(|_| keep_going)
+            .unwrap_or(settings.max_tests),
+        min_judged: args.min_judged,
+        failures: failures_dir(args.out.clone(), settings),
+        replay: None,
+    };
+    super::announce_oracle(&run.campaign.oracle);
+    Ok(run)
+}
+
+/// Runs the campaign under a progress bar. What it finds is said on
+/// standard output, or on standard error when triaging (the findings'
+/// table then goes to standard output).
+fn execute(run: &Run, args: &Args) -> Result<RunReport, CliError> {
+    let bar = ProgressBar::new(run.campaign.budget.as_millis() as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
             .expect("static template"),
     );
-    let campaign = Campaign {
-        seed,
-        profiles: selected.clone(),
-        max_ops: args.max_ops,
-        cases: args.cases,
-        budget,
-        jobs,
-        shard: args.shard,
-        subject: subject.clone(),
-        oracle,
-    };
-    super::announce_oracle(&campaign.oracle);
-    let outcome = if args.triage.keep_going {
-        campaign.run_triage(Some(&bar))
-    } else {
-        campaign.run(Some(&bar))
-    };
-    bar.finish_and_clear();
-    let outcome = outcome?;
-    let diverged_profile = outcome.found.as_ref().map(|found| found.profile);
-    let divergence = outcome.found.map(|found| {
-        report_divergence(
-            found,
-            &subject,
-            &campaign.oracle,
-            &failures,
-            settings.max_tests,
-        )
-    });
-    let mut divergences: Vec<String> = divergence.iter().filter_map(|d| d.trace.clone()).collect();
-    let findings = super::triage::settle(
-        &args.triage,
-        &outcome.triage,
-        &subject,
-        &campaign.oracle,
-        &failures,
-        settings,
-    );
-    divergences.extend(findings.iter().filter_map(|f| f.minimized_trace.clone()));
-    let mut report = RunReport {
-        format: REPORT_FORMAT.to_string(),
-        seed,
-        max_ops: args.max_ops,
-        subject: subject.name(&kvcheck::Config::dense(1)),
-        shards: vec![args.shard],
-        profiles: selected
-            .iter()
-            .zip(&outcome.tallies)
-            .map(|(&profile, t)| {
-                let p = &PROFILES[profile];
-                ProfileReport {
-                    name: p.name.to_string(),
-                    cache: if p.name == "packed" {
-                        "packed"
-                    } else if subject == SubjectSpec::Ring {
-                        "ring"
-                    } else {
-                        "dense"
-                    }
-                    .to_string(),
-                    cases: t.cases,
-                    ops: t.ops,
-                    busy_s: t.busy.as_secs_f64(),
-                    divergences: if args.triage.keep_going {
-                        t.divergent
-                    } else {
-                        u64::from(diverged_profile == Some(profile))
-                    },
-                    required: required_events(p, &capabilities)
-                        .iter()
-                        .map(|e| e.to_string())
-                        .collect(),
-                    coverage: t.coverage.clone(),
-                    judged: judged_rows(&t.judged),
-                    domain: t.domain.clone(),
-                }
-            })
-            .collect(),
-        elapsed_s: outcome.elapsed.as_secs_f64(),
-        divergences,
-        divergence,
-        findings,
-        min_judged: args.min_judged,
-        warnings: Vec::new(),
-    };
-    report.warnings = report.domain().warning().into_iter().collect();
-    if let Some(path) = &args.json {
-        Report::Run(report.clone())
-            .save(path)
-            .map_err(CliError::WriteReport)?;
-    }
-    print_tables(&report)?;
-    let domain = report.domain();
-    if report.too_few_judged() {
-        let error = CliError::TooFewJudged {
-            judged: report.judged(),
-            served: domain.served,
-            floor: args.min_judged,
-            outside: domain.outside,
-            drawn: domain.drawn,
-        };
-        println!("{error}");
-        return Err(error);
-    }
-    Ok(())
-}
-
-/// Minimizes the first divergence once against the campaign's `oracle`
-/// (same failure, fewer ops, at most `max_tests` runs) and saves one trace
-/// of it under `failures`: the minimized one, or the divergence as met
-/// when it does not minimize. One trace per divergence, so that replaying
-/// the folder shows each failure once. Prints the divergence as met (before
-/// minimizing, which can take a while) and then the saved one's report.
-fn report_divergence(
-    found: Found,
-    subject: &SubjectSpec,
-    oracle: &Oracle,
-    failures: &Path,
-    max_tests: usize,
-) -> DivergenceReport {
-    let met = found.divergence;
-    let first = format!(
-        "profile {} case {}",
-        PROFILES[found.profile].name, found.case
-    );
-    println!("first divergence: {first} (the run stopped there)");
-    println!("{met}");
-    let ops = met.trace.ops.len();
-    let (mut kept, minimized_ops) =
-        match minimize_keeping(&met.trace, subject.clone(), oracle, max_tests, |_| true) {
-            Ok(minimized) => {
-                println!(
-                    "minimized: {} -> {} ops in {} tests",
-                    minimized.before.ops, minimized.after.ops, minimized.tests_run
-                );
-                (minimized.divergence, Some(minimized.after.ops))
-            }
-            Err(e) => {
-                println!("not minimized: {e}");
-                (met, None)
-            }
-        };
-    let trace = match kept.save_in(failures) {
-        Ok(path) => Some(path.display().to_string()),
-        Err(e) => {
-            println!("trace not saved: {e}");
-            None
+    let keep_going = args.triage.keep_going;
+    let say = |line: &str| {
+        if keep_going {
+            eprintln!("{line}")
+        } else {
+            println!("{line}")
         }
     };
-    if minimized_ops.is_some() {
-        println!("{kept}");
-    } else if let (Some(path), Some(command)) = (&trace, kept.replay_command()) {
-        // The report above is this divergence; only where it went is new.
-        println!("trace:    {path}\nreproduce: {command}");
-    }
-    DivergenceReport {
-        first,
-        kind: kept.kind.name().to_string(),
-        summary: kept.summary(),
-        ops,
-        minimized_ops,
-        report: kept.to_string(),
-        trace,
-        reproduce: kept.replay_command(),
-    }
+    run.execute(Some(&bar), &say).map_err(run_error)
 }
 
-/// A profile's relation rows for the report (none against the model or
-/// another subject).
-fn judged_rows(judged: &Judged) -> Vec<RelationJudged> {
-    if judged.is_empty() {
-        return Vec::new();
+/// The command line's error for a run's.
+fn run_error(error: RunError) -> CliError {
+    match error {
+        RunError::UnknownProfile(name) => CliError::UnknownProfile(name),
+        RunError::NoProfile { .. } => CliError::NoProfile,
+        RunError::Capabilities(failure) => CliError::Capabilities(failure),
+        RunError::Campaign(e) => CliError::Campaign(e),
     }
-    Relation::ALL
-        .iter()
-        .map(|&r| RelationJudged {
-            relation: r.id().to_string(),
-            name: r.name().to_string(),
-            cases: judged.cases_of(r),
-            ops: judged.ops_of(r),
-        })
-        .collect()
 }
 
 /// Per relation: the cases it judged out of those drawn, and the ops it
@@ -419,6 +272,7 @@ pub fn print_tables(report: &RunReport) -> Result<(), CliError> {
     if !line.is_empty() {
         println!("  {line}");
     }
+    println!("  {}", all.op_summary());
     let total: u64 = report.profiles.iter().map(|p| p.ops).sum();
     println!("\n{total} ops checked in {:.1} s", report.elapsed_s);
     if let Some(line) = report.domain().summary() {

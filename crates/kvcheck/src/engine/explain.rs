@@ -251,7 +251,11 @@ pub fn walk(trace: &Trace, subject: SubjectSpec) -> Result<Walk, SetupError> {
             cells: cells(run.model(), written, &visible, &mut ever),
             visible,
             written,
-            slots: run.cache().layout().slots.clone(),
+            slots: run
+                .cache()
+                .internals()
+                .map(|i| i.layout().slots)
+                .unwrap_or_default(),
             ring: run.cache().ring(),
         });
         if let Err(d) = result {

@@ -11,6 +11,7 @@
 //! subject.
 
 pub mod case;
+pub mod check;
 pub mod explain;
 pub mod explore;
 #[cfg(feature = "arbitrary")]
@@ -21,6 +22,7 @@ pub mod oracle;
 pub mod power;
 pub mod relation;
 pub mod replay;
+pub mod run;
 pub mod scale;
 pub mod strategy;
 pub mod suite;

@@ -123,6 +123,12 @@ pub const KNOBS: &[Knob] = &[
         default: "2",
         meaning: "instances of each relation checked per trace (`--oracle self`)",
     },
+    Knob {
+        var: "KVCHECK_REPLAY",
+        kind: Kind::Text,
+        default: "unset",
+        meaning: "a saved trace that the one-call check of a Rust cache replays alone in place of its campaign (its test's reproduce line)",
+    },
 ];
 
 /// A knob whose variable is set to something it cannot hold.
@@ -212,6 +218,9 @@ pub struct Settings {
     /// `$CARGO_TARGET_DIR/kvcheck-failures` (cargo's variable, not a knob),
     /// default `target/kvcheck-failures`.
     pub failures_dir: PathBuf,
+    /// `KVCHECK_REPLAY`: the trace the one-call check of a Rust cache
+    /// replays alone (`engine::check`).
+    pub replay: Option<PathBuf>,
 }
 
 /// [`Settings::max_tests`] when `KVCHECK_MAX_TESTS` is unset: the lockstep
@@ -261,6 +270,7 @@ impl Default for Settings {
             strict_domain: false,
             relation_instances: DEFAULT_INSTANCES,
             failures_dir: failures_dir(None),
+            replay: None,
         }
     }
 }
@@ -301,6 +311,7 @@ impl Settings {
             relation_instances: count("KVCHECK_RELATION_INSTANCES", &var)?
                 .unwrap_or(defaults.relation_instances),
             failures_dir: failures_dir(var("CARGO_TARGET_DIR")),
+            replay: text("KVCHECK_REPLAY").map(|t| PathBuf::from(t.trim())),
         })
     }
 

@@ -75,6 +75,7 @@ fn from_vars_reads_every_knob_and_names_a_bad_one() {
         ("KVCHECK_EXACT_KINDS", "yes"),
         ("KVCHECK_STRICT_DOMAIN", "1"),
         ("KVCHECK_RELATION_INSTANCES", "4"),
+        ("KVCHECK_REPLAY", "t.kvtrace.json"),
         ("CARGO_TARGET_DIR", "/tmp/t"),
     ];
     for knob in KNOBS {
@@ -102,6 +103,7 @@ fn from_vars_reads_every_knob_and_names_a_bad_one() {
             strict_domain: true,
             relation_instances: 4,
             failures_dir: PathBuf::from("/tmp/t/kvcheck-failures"),
+            replay: Some(PathBuf::from("t.kvtrace.json")),
         }
     );
     assert_eq!(s.workers(), 3);

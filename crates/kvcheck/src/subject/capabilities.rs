@@ -318,6 +318,22 @@ impl Capabilities {
         if self.domain.as_ref().is_some_and(|d| !d.allows_event(event)) {
             return false;
         }
+        // A cache that only grows drops rows on an `evict` alone (§3 step 7).
+        let grows_only = self
+            .domain
+            .as_ref()
+            .is_some_and(|d| d.configs.growth == Some(true));
+        let evicting = [
+            "eviction",
+            "eviction_beside_sink",
+            "pin_during_eviction",
+            "partly_evicted_chunk",
+            "rewind_into_evicted",
+            "error:evicted",
+        ];
+        if grows_only && evicting.contains(&event) && !op(OpKind::Evict) {
+            return false;
+        }
         match event {
             "pin" | "unpin" | "pin_during_eviction" | "error:pin_range" => op(OpKind::Pin),
             "rewind_into_evicted" | "error:rewind_ahead" => op(OpKind::Rewind),

@@ -11,7 +11,7 @@
 //! domain admits for a domain violation. A subject that declares nothing
 //! is asked everything.
 
-use kvmodel::{Config, Model, Op, Write};
+use kvmodel::{Model, Op};
 use serde::{Deserialize, Serialize};
 
 /// Which rewrites of positions below the global end a subject is asked.
@@ -87,55 +87,6 @@ pub enum Rewinds {
     /// holds (the coverage event `rewind_into_evicted`), and has no rows
     /// past the global end to rewind to (`rewind_ahead`).
     Held,
-}
-
-/// Which configurations a subject opens: each limit left out admits every
-/// value. Besides these, a domain whose chunks never fit beside the sink
-/// (`oversized: false` with no declared length at most `C − S`) opens no
-/// configuration with that little room, since it admits no write there
-/// ([`Domain::opens`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConfigLimits {
-    /// The least room beside the sink, `C − S`: a pipeline whose chunk
-    /// is fixed opens no cache too small for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_room: Option<u64>,
-    /// The least window beside the sink, `W − S` (`W = C` without a
-    /// window): a chunk wider than it is never read whole.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_window: Option<u64>,
-    /// The batch sizes it opens.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub batch: Option<Vec<usize>>,
-    /// The head counts it opens.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub heads: Option<Vec<usize>>,
-    /// The head dimensions it opens.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub head_dim: Option<Vec<usize>>,
-}
-
-impl ConfigLimits {
-    /// What both limits admit: the larger least value, the common listed values.
-    fn intersect(&self, other: &ConfigLimits) -> ConfigLimits {
-        fn most(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-            a.max(b)
-        }
-        fn common(a: &Option<Vec<usize>>, b: &Option<Vec<usize>>) -> Option<Vec<usize>> {
-            match (a, b) {
-                (Some(a), Some(b)) => Some(a.iter().copied().filter(|x| b.contains(x)).collect()),
-                (a, b) => a.clone().or_else(|| b.clone()),
-            }
-        }
-        ConfigLimits {
-            min_room: most(self.min_room, other.min_room),
-            min_window: most(self.min_window, other.min_window),
-            batch: common(&self.batch, &other.batch),
-            heads: common(&self.heads, &other.heads),
-            head_dim: common(&self.head_dim, &other.head_dim),
-        }
-    }
 }
 
 /// The requests a subject can be asked (see the module docs). Every field
@@ -261,7 +212,9 @@ impl Domain {
             "error:invalid_argument" | "error:negative_window" | "error:head_range" => {
                 self.malformed
             }
-            "error:chunk_too_large" => self.oversized,
+            // A cache that only grows never runs out of room (its
+            // largest capacity is far beyond any drawn chunk).
+            "error:chunk_too_large" => self.oversized && self.configs.growth != Some(true),
             // Only a rewrite of an older chunk can reach evicted rows or
             // overlap two writes.
             "error:evicted" | "overlap_write" => self.rewrites == Rewrites::Any,
@@ -269,6 +222,8 @@ impl Domain {
             "error:evict_too_many" => self.evict == Moves::Any,
             "error:pin_range" | "unpin" => self.pin == Moves::Any,
             "rewind_into_evicted" | "error:rewind_ahead" => self.rewinds == Rewinds::Any,
+            "eviction_beside_sink" => self.configs.max_sink != Some(0),
+            "growth" => self.configs.growth != Some(false),
             _ => true,
         }
     }
@@ -413,230 +368,6 @@ impl Domain {
             _ => Ok(()),
         }
     }
-
-    /// `Ok` when this domain opens `config`: its [`ConfigLimits`], and
-    /// room beside the sink for some declared chunk where writes longer
-    /// than that room are left out (otherwise no write of the config would
-    /// be admitted); else why not, in words.
-    pub fn opens(&self, config: &Config) -> Result<(), String> {
-        let room = config.capacity.saturating_sub(config.sink) as u64;
-        let window = config.effective_window().saturating_sub(config.sink) as u64;
-        let limits = &self.configs;
-        if let Some(least) = limits.min_room.filter(|&least| room < least) {
-            return Err(format!(
-                "C − S = {room}, below \"configs\": {{\"min_room\": {least}}}"
-            ));
-        }
-        if let Some(least) = limits.min_window.filter(|&least| window < least) {
-            return Err(format!(
-                "W − S = {window}, below \"configs\": {{\"min_window\": {least}}}"
-            ));
-        }
-        let listed = [
-            ("batch", &limits.batch, config.batch),
-            ("heads", &limits.heads, config.heads),
-            ("head_dim", &limits.head_dim, config.head_dim),
-        ];
-        for (field, allowed, value) in listed {
-            if let Some(allowed) = allowed.as_ref().filter(|a| !a.contains(&value)) {
-                return Err(format!(
-                    "{field} {value}, not in \"configs\": {{\"{field}\": {allowed:?}}}"
-                ));
-            }
-        }
-        if !self.oversized {
-            let fits = match &self.chunks {
-                Chunks::Any => room >= 1,
-                Chunks::Lengths(lengths) => lengths.iter().any(|&n| n <= room),
-                Chunks::Multiple(k) => *k <= room,
-            };
-            if !fits {
-                return Err(format!(
-                    "C − S = {room} holds no declared chunk (\"oversized\": false)"
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// `op` moved inside this domain where a nearby op is inside: a gap
-    /// or a rewrite the domain leaves out becomes an append, a length it
-    /// leaves out the nearest one it allows, a probe it leaves out an
-    /// append, a malformed request a valid one, an eviction or pin the
-    /// scene cut's, a rewind or a count the cache does not hold one it
-    /// does. What cannot be moved inside becomes the next chunk (an
-    /// append at the global end), which is inside in every configuration
-    /// the domain [opens](Domain::opens).
-    pub fn shape(&self, model: &Model, latest: Latest, op: Op) -> Op {
-        if self.admits(model, latest, &op).is_ok() {
-            return op;
-        }
-        let g = model.global_end() as i64;
-        let room = (model.capacity() - model.config().sink).max(1) as u64;
-        let length = |len: u64| -> i64 {
-            let len = if self.oversized { len } else { len.min(room) };
-            let len = match &self.chunks {
-                Chunks::Any => len,
-                Chunks::Lengths(lengths) => lengths
-                    .iter()
-                    .copied()
-                    .filter(|&n| self.oversized || n <= room)
-                    .min_by_key(|&n| n.abs_diff(len))
-                    .unwrap_or(len),
-                Chunks::Multiple(k) => {
-                    let k = (*k).max(1);
-                    let up = len.div_ceil(k).max(1) * k;
-                    if !self.oversized && up > room && k <= room {
-                        room / k * k
-                    } else {
-                        up
-                    }
-                }
-            };
-            len.max(1) as i64
-        };
-        let shaped = match op {
-            Op::Write(w) => {
-                let len = length(w.len.max(1) as u64);
-                let write = |start: i64, len: i64| {
-                    Op::Write(Write {
-                        start,
-                        len,
-                        heads: w.heads.filter(|[f, c]| *f >= 0 && *c >= 1),
-                        recent_window: w.recent_window.filter(|r| *r >= 0),
-                    })
-                };
-                match latest.0 {
-                    // A rewrite becomes the pipeline's: the latest chunk again.
-                    Some((start, n)) if w.start < g && self.rewrites == Rewrites::Latest => {
-                        write(start as i64, n as i64)
-                    }
-                    _ => write(g, len),
-                }
-            }
-            Op::Evict { .. } if self.evict == Moves::SceneCut => match scene_cut(model, latest) {
-                Some((start, _)) => Op::Evict {
-                    tokens: model.evictable().iter().filter(|&&p| p < start).count() as i64,
-                },
-                None => op,
-            },
-            Op::Pin { .. } if self.pin == Moves::SceneCut => match scene_cut(model, latest) {
-                Some((_, len)) => Op::Pin { tokens: len as i64 },
-                None => op,
-            },
-            Op::Rewind { to } if self.rewinds == Rewinds::Held => Op::Rewind {
-                to: to.clamp(0, held_prefix(model) as i64),
-            },
-            Op::Evict { tokens } if self.evict == Moves::Held => Op::Evict {
-                tokens: tokens.clamp(1, model.evictable().len().max(1) as i64),
-            },
-            Op::Pin { tokens } if self.pin == Moves::Held => Op::Pin {
-                tokens: tokens.clamp(1, g.max(1)),
-            },
-            Op::Rewind { to } if to < 0 => Op::Rewind { to: 0 },
-            Op::Evict { tokens } if tokens < 0 => Op::Evict { tokens: 0 },
-            Op::Pin { tokens } if tokens < 0 => Op::Pin { tokens: 0 },
-            other => other,
-        };
-        if self.admits(model, latest, &shaped).is_ok() {
-            return shaped;
-        }
-        // Nothing nearby is inside (an evict on a cache with nothing
-        // evictable, a scene cut before the second chunk): the next chunk
-        // is, in every configuration the domain opens, so the draw stays
-        // inside and no generator rejects it.
-        Op::Write(Write::new(g, length(1)))
-    }
-
-    /// For an op a subject answered *outside*: the widest declaration of
-    /// [`SUGGESTIONS`] that leaves it out, which would keep such ops from
-    /// being drawn; `None` when none does. The widest, so that a cache is
-    /// told only what it refused: a cache that refused a rewrite of an
-    /// older chunk is told `"rewrites": "latest"`, one that refused the
-    /// latest chunk's rewrite `"rewrites": "none"` ([`narrowest`] keeps,
-    /// per field, the narrowest a run's cuts asked for).
-    pub fn suggest(model: &Model, latest: Latest, op: &Op) -> Option<&'static str> {
-        SUGGESTIONS.iter().find_map(|&(_, narrowed)| {
-            narrowed(Domain::default())
-                .admits(model, latest, op)
-                .err()
-                .map(|e| e.declaration)
-        })
-    }
-}
-
-/// A domain narrowed in one field.
-pub type Narrowing = fn(Domain) -> Domain;
-
-/// The declarations an outside warning may suggest, each with the domain
-/// field it narrows, per field from the widest to the narrowest: each
-/// narrows the whole domain in one field ([`Domain::suggest`] tries them in
-/// this order).
-pub const SUGGESTIONS: &[(&str, Narrowing)] = &[
-    ("\"malformed\": false", |d| Domain {
-        malformed: false,
-        ..d
-    }),
-    ("\"gaps\": false", |d| Domain { gaps: false, ..d }),
-    ("\"oversized\": false", |d| Domain {
-        oversized: false,
-        ..d
-    }),
-    ("\"rewrites\": \"latest\"", |d| Domain {
-        rewrites: Rewrites::Latest,
-        ..d
-    }),
-    ("\"rewrites\": \"none\"", |d| Domain {
-        rewrites: Rewrites::None,
-        ..d
-    }),
-    ("\"probes\": \"after_append\"", |d| Domain {
-        probes: Probes::AfterAppend,
-        ..d
-    }),
-    ("\"probes\": \"none\"", |d| Domain {
-        probes: Probes::None,
-        ..d
-    }),
-    ("\"rewinds\": \"held\"", |d| Domain {
-        rewinds: Rewinds::Held,
-        ..d
-    }),
-    ("\"evict\": \"held\"", |d| Domain {
-        evict: Moves::Held,
-        ..d
-    }),
-    ("\"evict\": \"scene_cut\"", |d| Domain {
-        evict: Moves::SceneCut,
-        ..d
-    }),
-    ("\"pin\": \"held\"", |d| Domain {
-        pin: Moves::Held,
-        ..d
-    }),
-    ("\"pin\": \"scene_cut\"", |d| Domain {
-        pin: Moves::SceneCut,
-        ..d
-    }),
-];
-
-/// The field a declaration narrows (`"rewrites"` of `"rewrites": "none"`).
-pub fn declared_field(declaration: &str) -> &str {
-    declaration.split(':').next().unwrap_or(declaration)
-}
-
-/// Of two suggested declarations of the same field, the narrower (the later
-/// in [`SUGGESTIONS`]): declaring it leaves out what either left out, so a
-/// cache that refused both an older chunk's rewrite and the latest one's is
-/// told `"rewrites": "none"`, never `"latest"`, which would admit the
-/// requests it refused.
-pub fn narrowest<'a>(a: &'a str, b: &'a str) -> &'a str {
-    let rank = |d: &str| SUGGESTIONS.iter().position(|(s, _)| *s == d);
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
-    }
 }
 
 /// The largest `to` a held rewind may go back to: the global end, or the
@@ -676,3 +407,10 @@ fn lcm(a: u64, b: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+mod configs;
+mod shape;
+mod suggest;
+
+pub use configs::{ConfigLimits, Unopened};
+pub use suggest::{declared_field, narrowest, Narrowing, SUGGESTIONS};

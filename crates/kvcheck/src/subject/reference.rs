@@ -127,10 +127,6 @@ impl KvCache for ReferenceCache {
         self.model.global_end()
     }
 
-    fn capacity(&self) -> usize {
-        self.model.capacity()
-    }
-
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
         let before = self.model.global_end();
         if self.fault == Some(Fault::RefuseOverlap)
@@ -225,6 +221,16 @@ impl KvCache for ReferenceCache {
     fn reset(&mut self) -> kvcache::Result<u64> {
         self.rows.clear();
         Ok(self.model.reset())
+    }
+
+    fn internals(&self) -> Option<&dyn kvcache::Internals> {
+        Some(self)
+    }
+}
+
+impl kvcache::Internals for ReferenceCache {
+    fn capacity(&self) -> usize {
+        self.model.capacity()
     }
 
     fn resident_bytes(&self) -> u64 {

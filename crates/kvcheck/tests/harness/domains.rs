@@ -12,7 +12,7 @@
 
 use candle_core::{Device, Tensor};
 use kvcache::fault::CacheFault;
-use kvcache::{KvCache, Layout, RingLayout, SegmentedView, View};
+use kvcache::{KvCache, RingLayout, SegmentedView, View};
 use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::Lockstep;
 use kvcheck::engine::case::draw_and_run;
@@ -63,9 +63,6 @@ impl KvCache for Pipeline {
     fn global_end(&self) -> u64 {
         self.inner.global_end()
     }
-    fn capacity(&self) -> usize {
-        self.inner.capacity()
-    }
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
         self.asked(request)?;
         let g = self.inner.global_end() as i64;
@@ -105,14 +102,12 @@ impl KvCache for Pipeline {
         self.latest = None;
         self.inner.reset()
     }
-    fn resident_bytes(&self) -> u64 {
-        self.inner.resident_bytes()
-    }
-    fn layout(&self) -> Layout {
-        self.inner.layout()
-    }
     fn ring(&self) -> Option<RingLayout> {
         self.inner.ring()
+    }
+
+    fn internals(&self) -> Option<&dyn kvcache::Internals> {
+        self.inner.internals()
     }
 }
 

@@ -14,6 +14,7 @@ mod explore;
 mod extension;
 mod layers;
 mod minimize;
+mod one_call;
 mod power_scale;
 mod relations;
 mod reproduce;

@@ -3,7 +3,7 @@
 //! buffers at the slots its layout gives (a ring must not copy).
 
 use candle_core::{Device, Tensor};
-use kvcache::{KvCache, Layout, RingCache, RingLayout, SegmentedView, View};
+use kvcache::{KvCache, RingCache, RingLayout, SegmentedView, View};
 use kvcheck::check::divergence::DivergenceKind;
 use kvcheck::check::lockstep::Lockstep;
 use kvcheck::{Config, Op, Write};
@@ -45,9 +45,6 @@ impl KvCache for Misreporting {
     fn global_end(&self) -> u64 {
         self.0.global_end()
     }
-    fn capacity(&self) -> usize {
-        self.0.capacity()
-    }
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
         self.0.write(request, k, v)
     }
@@ -66,12 +63,6 @@ impl KvCache for Misreporting {
     fn reset(&mut self) -> kvcache::Result<u64> {
         self.0.reset()
     }
-    fn resident_bytes(&self) -> u64 {
-        self.0.resident_bytes()
-    }
-    fn layout(&self) -> Layout {
-        self.0.layout()
-    }
     fn write_segments(
         &mut self,
         request: &Write,
@@ -83,6 +74,10 @@ impl KvCache for Misreporting {
     }
     fn ring(&self) -> Option<RingLayout> {
         self.0.ring()
+    }
+
+    fn internals(&self) -> Option<&dyn kvcache::Internals> {
+        self.0.internals()
     }
 }
 

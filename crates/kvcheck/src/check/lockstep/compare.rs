@@ -18,7 +18,11 @@ impl Lockstep {
     /// ended: aliasing claims against the layout, and the slot of each
     /// wrong row (for subjects that report their layout).
     pub(super) fn check_layout(&self, checked: SegmentedCheck) -> Option<ViewFailure> {
-        let layout = self.capabilities.internals.then(|| self.cache.layout());
+        let layout = self
+            .cache
+            .internals()
+            .filter(|_| self.capabilities.internals)
+            .map(|i| i.layout());
         match (checked, layout) {
             (Ok(_), None) => None,
             (Ok((claims, positions)), Some(layout)) => check_claims(&claims, &positions, &layout)
@@ -122,7 +126,8 @@ impl Lockstep {
             (SubjectFailure::Adapter { .. }, _)
             | (SubjectFailure::Crash { .. }, _)
             | (SubjectFailure::Timeout { .. }, _)
-            | (SubjectFailure::Protocol { .. }, _) => {
+            | (SubjectFailure::Protocol { .. }, _)
+            | (SubjectFailure::Panicked { .. }, _) => {
                 misbehaviour(failure).unwrap_or(DivergenceKind::Protocol)
             }
         };
@@ -134,30 +139,38 @@ impl Lockstep {
     ///
     /// [`Capabilities::reported`]: crate::subject::Capabilities::reported
     pub(super) fn check_state(&self, index: usize) -> Result<(), Box<Divergence>> {
-        let reported = self.capabilities.reported();
-        let compared = [true, reported.capacity, reported.resident_bytes];
         let (m, c) = (&self.model, self.cache.as_ref());
+        if m.global_end() != c.global_end() {
+            return Err(self.divergence(
+                index,
+                DivergenceKind::GlobalEnd,
+                format!("global end {}", m.global_end()),
+                format!("global end {}", c.global_end()),
+            ));
+        }
+        // Only what the cache reports ([`KvCache::internals`]) and its
+        // capabilities say is reported is compared.
+        let Some(internals) = c.internals() else {
+            return Ok(());
+        };
+        let reported = self.capabilities.reported();
         let checks = [
             (
-                DivergenceKind::GlobalEnd,
-                "global end",
-                m.global_end(),
-                c.global_end(),
-            ),
-            (
+                reported.capacity,
                 DivergenceKind::Capacity,
                 "capacity",
                 m.capacity() as u64,
-                c.capacity() as u64,
+                internals.capacity() as u64,
             ),
             (
+                reported.resident_bytes,
                 DivergenceKind::ResidentBytes,
                 "resident bytes",
                 m.resident_bytes(),
-                c.resident_bytes(),
+                internals.resident_bytes(),
             ),
         ];
-        for ((kind, what, expected, actual), compared) in checks.into_iter().zip(compared) {
+        for (compared, kind, what, expected, actual) in checks {
             if compared && expected != actual {
                 return Err(self.divergence(
                     index,
@@ -289,6 +302,7 @@ impl Lockstep {
             trace: self.trace(),
             subject: self.subject.clone(),
             saved: None,
+            reproduce: None,
         })
     }
 }

@@ -412,5 +412,6 @@ fn setup_divergence(e: &Explorer, actual: String) -> Box<Divergence> {
         trace: crate::check::trace::Trace::new(e.config.clone(), Vec::new()),
         subject: e.subject.name(&e.config),
         saved: None,
+        reproduce: None,
     })
 }

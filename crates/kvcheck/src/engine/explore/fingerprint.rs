@@ -33,7 +33,7 @@ use kvmodel::Model;
 pub fn fingerprint(model: &Model, cache: &dyn KvCache) -> u64 {
     let mut h = DefaultHasher::new();
     hash_model(model, &mut h);
-    cache.layout().hash(&mut h);
+    cache.internals().map(|i| i.layout()).hash(&mut h);
     cache.ring().hash(&mut h);
     h.finish()
 }

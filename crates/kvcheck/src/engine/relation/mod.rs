@@ -363,6 +363,7 @@ fn settle(
         trace,
         subject: subject.to_string(),
         saved: None,
+        reproduce: None,
     });
     Finding {
         divergence,

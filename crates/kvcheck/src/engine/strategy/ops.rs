@@ -122,6 +122,38 @@ fn weighted(
     Union::new_weighted(arms).boxed()
 }
 
+/// An LLM's decoding from `state` (profile `decode`): a conversation is
+/// one prefill of any length, at and past the room beside the sink
+/// included, then single-token steps; a reset ends it and the next one
+/// starts from position 0. Inside the subject's declared domain.
+pub fn decode_ops(state: &RefState) -> BoxedStrategy<Op> {
+    within_domain(state, conversation(state))
+}
+
+fn conversation(state: &RefState) -> BoxedStrategy<Op> {
+    let model = &state.model;
+    let g = model.global_end() as i64;
+    if g == 0 {
+        let c = model.capacity() as i64;
+        let room = (c - model.config().sink as i64).max(1);
+        // Prompts that fit, that fill the room exactly and that overflow it.
+        return prop_oneof![
+            4 => (1..=room).boxed(),
+            2 => Just(room).boxed(),
+            2 => (room + 1..=c + 2).boxed(),
+        ]
+        .prop_map(|n| Op::write(0, n, None, None))
+        .boxed();
+    }
+    weighted(
+        state.capabilities.as_ref(),
+        vec![
+            (12, None, Just(Op::write(g, 1, None, None)).boxed()),
+            (1, Some(OpKind::Reset), Just(Op::Reset).boxed()),
+        ],
+    )
+}
+
 /// The ops to try next from `state`, inside the subject's declared domain
 /// where it declares one.
 pub fn ops(state: &RefState) -> BoxedStrategy<Op> {

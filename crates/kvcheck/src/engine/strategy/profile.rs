@@ -143,6 +143,24 @@ pub(super) fn pipeline() -> BoxedStrategy<Config> {
         .boxed()
 }
 
+/// An LLM's cache: a few heads, a sink of 0-2 tokens (attention sinks),
+/// sometimes a sliding window, sometimes growth in place of eviction.
+pub(super) fn decode() -> BoxedStrategy<Config> {
+    (2..=10usize, 0..=2usize, 1..=2usize, 0..4u8)
+        .prop_map(|(capacity, sink, heads, shape)| {
+            let sink = sink.min(capacity - 1);
+            Config {
+                sink,
+                heads,
+                head_dim: 2,
+                window: (shape == 1 && capacity > sink + 1).then_some(capacity - 1),
+                growth: shape == 2,
+                ..Config::dense(capacity)
+            }
+        })
+        .boxed()
+}
+
 pub(super) fn packed() -> BoxedStrategy<Config> {
     let quant = prop_oneof![Just(Quant::None), Just(Quant::Int8), Just(Quant::Int4)];
     (
@@ -292,6 +310,13 @@ pub const PROFILES: &[Profile] = &[
         configs: pipeline,
         ops: pipeline_ops,
         required: &["append", "eviction", "tail_rewrite", "pin", "reset"],
+    },
+    Profile {
+        name: "decode",
+        about: "an LLM's decoding: one prefill of any length (at and past capacity too), then single-token steps, a reset between conversations",
+        configs: decode,
+        ops: decode_ops,
+        required: &["append", "eviction", "reset", "error:chunk_too_large"],
     },
 ];
 

@@ -41,10 +41,10 @@ use crate::settings::DEFAULT_MAX_TESTS;
 use crate::subject::{Capabilities, Factory, SubjectFailure, SubjectSpec};
 
 mod profile_suite;
+mod settings;
 
-pub use profile_suite::{
-    check_profile, failure_path, SuiteDivergence, SuiteError, SuiteSettings, SuiteSettingsError,
-};
+pub use profile_suite::{check_profile, failure_path, SuiteDivergence, SuiteError};
+pub use settings::{SuiteSettings, SuiteSettingsError};
 
 impl From<Factory> for SubjectSpec {
     fn from(factory: Factory) -> SubjectSpec {

@@ -25,122 +25,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use proptest::test_runner::{
-    Config as ProptestConfig, RngSeed, TestCaseError, TestError, TestRunner,
-};
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
-use crate::check::coverage::Coverage;
+use crate::check::coverage::{Coverage, CUT_CASE};
 use crate::check::divergence::{file_name_part, Divergence};
 use crate::check::trace::Trace;
 use crate::engine::case::{self, run_case, CaseError};
-use crate::engine::minimize::minimize_with;
-use crate::engine::oracle::Oracle;
-use crate::engine::oracle::OracleEnvError;
+use crate::engine::minimize::{minimize_keeping, minimize_with};
 use crate::engine::strategy::{
     profile_support, required_events, sequences, Case, DrawError, Profile,
 };
-use crate::settings::{SettingError, Settings};
-use crate::subject::{Capabilities, SubjectEnvError, SubjectSpec};
+use crate::subject::{Capabilities, SubjectSpec};
 
-/// Knobs of a suite run (see the module docs): what [`check_profile`] and
-/// [`super::check_subject`] take, resolved from the [`Settings`] of the
-/// entry point ([`SuiteSettings::new`]).
-#[derive(Clone, Debug)]
-pub struct SuiteSettings {
-    /// `KVCHECK_CASES`, default 256.
-    pub cases: u32,
-    /// `KVCHECK_MAX_OPS`, default 40.
-    pub max_ops: usize,
-    /// `KVCHECK_SEED`; `None` means a fixed seed per profile.
-    pub seed: Option<u64>,
-    /// `KVCHECK_SUBJECT` (with `KVCHECK_SUBJECT_TIMEOUT` and
-    /// `KVCHECK_EXACT_KINDS`); default: the shipped caches.
-    pub subject: SubjectSpec,
-    /// `KVCHECK_ORACLE`: what the subject is checked against (default: the
-    /// model, op by op; `self` runs the relations of docs/contract.md §9 on each
-    /// drawn sequence, `KVCHECK_RELATION_INSTANCES` instances of each,
-    /// `SUBJECT` another implementation).
-    pub oracle: Oracle,
-    /// `KVCHECK_MAX_TESTS`, default 2000: the runs a minimization against
-    /// an oracle other than the model may spend (the model's failures are
-    /// shrunk by proptest).
-    pub max_tests: usize,
-    /// Where failing traces are saved: `$CARGO_TARGET_DIR/kvcheck-failures`,
-    /// default `target/kvcheck-failures`.
-    pub failures_dir: PathBuf,
-}
-
-/// Why [`SuiteSettings::new`] (or [`SuiteSettings::from_env`]) refused the
-/// settings: the error names the variable.
-#[derive(Debug, thiserror::Error)]
-pub enum SuiteSettingsError {
-    /// A number, duration or flag knob holds something it cannot.
-    #[error(transparent)]
-    Knob(#[from] SettingError),
-    /// `KVCHECK_SUBJECT` does not name a subject.
-    #[error(transparent)]
-    Subject(#[from] SubjectEnvError),
-    /// `KVCHECK_ORACLE` does not name an oracle.
-    #[error(transparent)]
-    Oracle(#[from] OracleEnvError),
-}
-
-impl Default for SuiteSettings {
-    /// Every knob's default ([`Settings::default`]): the shipped caches
-    /// against the model; reads nothing.
-    fn default() -> SuiteSettings {
-        SuiteSettings::new(&Settings::default()).expect("the default subject and oracle parse")
-    }
-}
-
-impl SuiteSettings {
-    /// The suite knobs of `settings`: its numbers as they are, its subject
-    /// and oracle parsed and configured ([`SubjectSpec::configured`],
-    /// [`Oracle::configured`]); text that does not parse is an error
-    /// naming the variable.
-    pub fn new(settings: &Settings) -> Result<SuiteSettings, SuiteSettingsError> {
-        Ok(SuiteSettings {
-            cases: settings.cases,
-            max_ops: settings.max_ops,
-            seed: settings.seed,
-            subject: SubjectSpec::configured(settings)?,
-            oracle: Oracle::configured(settings)?.unwrap_or_default(),
-            max_tests: settings.max_tests,
-            failures_dir: settings.failures_dir.clone(),
-        })
-    }
-
-    /// The entry point of a property suite's test: [`Settings::from_env`]
-    /// (every knob checked; a value that does not parse is an error naming
-    /// the variable) and [`SuiteSettings::new`]. Library code takes a
-    /// [`SuiteSettings`] instead.
-    pub fn from_env() -> Result<SuiteSettings, SuiteSettingsError> {
-        SuiteSettings::new(&Settings::from_env()?)
-    }
-
-    /// The same settings checking `subject`.
-    pub fn with_subject(mut self, subject: SubjectSpec) -> SuiteSettings {
-        self.subject = subject;
-        self
-    }
-
-    /// The proptest configuration for `profile`.
-    pub fn proptest_config(&self, profile: &Profile) -> ProptestConfig {
-        let seed = self.seed.unwrap_or_else(|| {
-            profile
-                .name
-                .bytes()
-                .fold(17u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64))
-        });
-        ProptestConfig {
-            cases: self.cases,
-            rng_seed: RngSeed::Fixed(seed),
-            failure_persistence: None,
-            max_shrink_iters: 4096,
-            ..ProptestConfig::default()
-        }
-    }
-}
+use super::settings::SuiteSettings;
 
 /// A suite's divergence ([`SuiteError::Diverged`]): where it was found,
 /// the divergence of the reduced case (shrunk by proptest against the
@@ -236,16 +133,24 @@ pub enum SuiteError {
         /// Proptest's reason.
         reason: proptest::test_runner::Reason,
     },
-    /// Every case passed but some required events were never reached: the
-    /// op strategy is too weak to test what they cover.
+    /// Every case passed but some required events were never reached:
+    /// the subject cut the cases short (answering *outside* its domain),
+    /// or the op strategy is too weak to test what they cover.
     #[error(
-        "profile {profile}: {cases} cases never reached {missing:?}; the op strategy is too weak for it\ncoverage:\n{coverage}"
+        "profile {profile}: {cases} cases never reached {missing:?}; {}\ncoverage:\n{coverage}",
+        if *cut > 0 {
+            format!("{cut} of them were cut where the subject answered outside its domain: declare that domain so that kvcheck draws inside it")
+        } else {
+            "the op strategy is too weak for it".to_string()
+        }
     )]
     EventsMissed {
         /// The profile.
         profile: &'static str,
         /// Cases the suite drew.
         cases: u32,
+        /// Cases cut by an *outside* answer.
+        cut: u64,
         /// The events never reached.
         missing: Vec<String>,
         /// The events the cases did reach.
@@ -290,6 +195,7 @@ pub fn check_profile(
         return Err(SuiteError::EventsMissed {
             profile: profile.name,
             cases: settings.cases,
+            cut: coverage.count(CUT_CASE),
             missing: missing.iter().map(|e| e.to_string()).collect(),
             coverage,
         });
@@ -340,6 +246,9 @@ fn shrunk_cases(
             }
             Ok(Ok(outcome)) => {
                 coverage.borrow_mut().merge(&outcome.coverage);
+                if outcome.cut.is_some() {
+                    coverage.borrow_mut().hit(CUT_CASE);
+                }
                 let Some(divergence) = outcome.divergence else {
                     return Ok(());
                 };
@@ -369,7 +278,10 @@ fn shrunk_cases(
             reason,
         }),
         Err(TestError::Fail(_, (_, ops, _))) => match failed.into_inner() {
-            Some(Failed::Diverged(mut divergence)) => {
+            Some(Failed::Diverged(divergence)) => {
+                // Proptest shrinks by the strategy's own moves; kvcheck's
+                // minimizer then removes and merges ops it cannot.
+                let (mut divergence, ops) = minimized(divergence, settings, ops.len());
                 let path = failure_path(profile, &settings.subject, &settings.failures_dir);
                 let trace = divergence
                     .save_as(&path)
@@ -383,7 +295,7 @@ fn shrunk_cases(
                     subject: settings.subject.label(),
                     kinds: settings.subject.kinds_mode(),
                     oracle: settings.oracle.to_string(),
-                    ops: ops.len(),
+                    ops,
                     reduce_runs: runs.get().saturating_sub(first),
                     divergence,
                     reproduce: reproduce(&path, &settings.subject),
@@ -416,6 +328,30 @@ fn shrunk_cases(
     }
 }
 
+/// `divergence` (of a case proptest shrank to `ops` ops) minimized by
+/// kvcheck's minimizer against the suite's oracle, within the suite's
+/// `max_tests` runs; as it was when it does not minimize.
+fn minimized(
+    divergence: Box<Divergence>,
+    settings: &SuiteSettings,
+    ops: usize,
+) -> (Box<Divergence>, usize) {
+    let subject = settings.subject.clone();
+    match minimize_keeping(
+        &divergence.trace,
+        subject,
+        &settings.oracle,
+        settings.max_tests,
+        |_| true,
+    ) {
+        Ok(m) => {
+            let ops = m.after.ops;
+            (m.divergence, ops)
+        }
+        Err(_) => (divergence, ops),
+    }
+}
+
 /// How to replay the trace a suite saved at `path` for `subject`.
 fn reproduce(path: &Path, subject: &SubjectSpec) -> String {
     match subject {
@@ -424,7 +360,7 @@ fn reproduce(path: &Path, subject: &SubjectSpec) -> String {
             path.display()
         ),
         SubjectSpec::Factory(_) => format!(
-            "kvcheck::engine::replay::replay(&Trace::load({:?})?, None, Some(factory.into()), None)",
+            "kvcheck::engine::check::replay(factory, std::path::Path::new({:?}), &Default::default())",
             path.display()
         ),
         other => format!(
@@ -454,6 +390,9 @@ fn minimized_cases(
             .map_err(|e| SuiteError::case(profile)(e.into()))?;
         let outcome = run_case(&drawn, subject, oracle).map_err(SuiteError::case(profile))?;
         coverage.merge(&outcome.coverage);
+        if outcome.cut.is_some() {
+            coverage.hit(CUT_CASE);
+        }
         let Some(found) = outcome.divergence else {
             continue;
         };

@@ -195,10 +195,10 @@ fn configs_limits_and_chunks_that_never_fit_close_configurations() {
         ..Config::dense(3)
     };
     // C − S = 2 holds no chunk of 3: no write would be admitted there.
-    assert!(fixed
-        .opens(&small)
-        .unwrap_err()
-        .contains("holds no declared chunk"));
+    assert_eq!(
+        fixed.opens(&small).unwrap_err(),
+        Unopened::NoChunkFits { room: 2 }
+    );
     assert!(fixed.opens(&Config::dense(3)).is_ok());
     // With oversized writes admitted, the chunk is asked and refused.
     assert!(Domain {
@@ -214,17 +214,26 @@ fn configs_limits_and_chunks_that_never_fit_close_configurations() {
             batch: Some(vec![1]),
             heads: None,
             head_dim: Some(vec![1, 2]),
+            ..ConfigLimits::default()
         }),
         ..Domain::default()
     };
     assert!(limits.opens(&Config::dense(3)).is_ok());
-    assert!(limits.opens(&small).unwrap_err().contains("min_room"));
+    assert!(limits
+        .opens(&small)
+        .unwrap_err()
+        .to_string()
+        .contains("min_room"));
     let narrow = Config {
         window: Some(2),
         sink: 1,
         ..Config::dense(6)
     };
-    assert!(limits.opens(&narrow).unwrap_err().contains("min_window"));
+    assert!(limits
+        .opens(&narrow)
+        .unwrap_err()
+        .to_string()
+        .contains("min_window"));
     for (config, field) in [
         (
             Config {
@@ -241,7 +250,11 @@ fn configs_limits_and_chunks_that_never_fit_close_configurations() {
             "head_dim 4",
         ),
     ] {
-        assert!(limits.opens(&config).unwrap_err().starts_with(field));
+        assert!(limits
+            .opens(&config)
+            .unwrap_err()
+            .to_string()
+            .starts_with(field));
     }
     let parsed: Domain =
         serde_json::from_str(r#"{"configs": {"min_room": 3, "batch": [1]}, "rewinds": "held"}"#)
@@ -360,4 +373,59 @@ fn suggestions_are_the_widest_declaration_that_leaves_the_answer_out() {
         let parsed: Domain = serde_json::from_str(&format!("{{{declaration}}}")).unwrap();
         assert!(!parsed.is_whole(), "{declaration}");
     }
+}
+
+#[test]
+fn sink_and_growth_limits_open_only_what_they_declare() {
+    let grows = Domain {
+        configs: Box::new(ConfigLimits {
+            max_sink: Some(0),
+            growth: Some(true),
+            ..ConfigLimits::default()
+        }),
+        ..Domain::default()
+    };
+    let growing = Config {
+        growth: true,
+        ..Config::dense(4)
+    };
+    assert!(grows.opens(&growing).is_ok());
+    assert_eq!(
+        grows.opens(&Config::dense(4)).unwrap_err(),
+        Unopened::Growth {
+            growth: false,
+            declared: true
+        }
+    );
+    let sunk = Config {
+        sink: 1,
+        ..growing.clone()
+    };
+    assert_eq!(
+        grows.opens(&sunk).unwrap_err().to_string(),
+        "S = 1, above \"configs\": {\"max_sink\": 0}"
+    );
+    // Events only a sink or eviction by a write reaches are not required.
+    assert!(!grows.allows_event("eviction_beside_sink"));
+    assert!(!grows.allows_event("error:chunk_too_large"));
+    assert!(grows.allows_event("growth"));
+    let never = Domain {
+        configs: Box::new(ConfigLimits {
+            growth: Some(false),
+            ..ConfigLimits::default()
+        }),
+        ..Domain::default()
+    };
+    assert!(!never.allows_event("growth"));
+    assert!(never.opens(&growing).is_err());
+    // Two declarations that disagree on growth open nothing together.
+    let both = grows.intersect(&never);
+    assert!(both.opens(&growing).is_err() && both.opens(&Config::dense(4)).is_err());
+    assert_eq!(
+        grows.intersect(&Domain::default()).configs.max_sink,
+        Some(0)
+    );
+    let parsed: Domain =
+        serde_json::from_str(r#"{"configs": {"max_sink": 0, "growth": true}}"#).unwrap();
+    assert_eq!(parsed, grows);
 }

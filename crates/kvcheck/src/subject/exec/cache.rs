@@ -205,12 +205,6 @@ impl KvCache for ExecCache {
         self.global_end
     }
 
-    /// The latest reported capacity; the configured one for a subject that
-    /// does not report it.
-    fn capacity(&self) -> usize {
-        usize::try_from(self.capacity.get()).unwrap_or(usize::MAX)
-    }
-
     fn write(&mut self, request: &Write, k: &Tensor, v: &Tensor) -> kvcache::Result<View<'_>> {
         let mut message = self.op_request(&Op::Write(*request));
         message["k"] = Value::String(BASE64.encode(tensor_bytes(k)?));
@@ -253,6 +247,24 @@ impl KvCache for ExecCache {
         self.moved(Op::Reset)
     }
 
+    /// Kept and sent as `index` with every op request until the next op
+    /// (the probe after a refused op included).
+    fn begin_op(&mut self, index: u64) {
+        self.index = index;
+    }
+
+    fn internals(&self) -> Option<&dyn kvcache::Internals> {
+        Some(self)
+    }
+}
+
+impl kvcache::Internals for ExecCache {
+    /// The latest reported capacity; the configured one for a subject that
+    /// does not report it.
+    fn capacity(&self) -> usize {
+        usize::try_from(self.capacity.get()).unwrap_or(usize::MAX)
+    }
+
     /// The latest reported resident bytes; 0 for a subject that does not
     /// report them.
     fn resident_bytes(&self) -> u64 {
@@ -262,11 +274,5 @@ impl KvCache for ExecCache {
     /// Not reported by the protocol: no slots.
     fn layout(&self) -> Layout {
         Layout { slots: Vec::new() }
-    }
-
-    /// Kept and sent as `index` with every op request until the next op
-    /// (the probe after a refused op included).
-    fn begin_op(&mut self, index: u64) {
-        self.index = index;
     }
 }

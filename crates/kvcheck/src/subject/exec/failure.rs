@@ -53,6 +53,12 @@ pub enum SubjectFailure {
         /// The subject's reason.
         reason: String,
     },
+    /// The cache panicked (an in-process cache, caught by the subject's
+    /// guard): the op failed and the cache is asked nothing more.
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
     /// A line that is not JSON, a response of the wrong shape, a payload of
     /// the wrong length, or a process that could not be started.
     Protocol {
@@ -82,6 +88,7 @@ impl SubjectFailure {
             SubjectFailure::Crash { .. }
                 | SubjectFailure::Timeout { .. }
                 | SubjectFailure::Protocol { .. }
+                | SubjectFailure::Panicked { .. }
         )
     }
 
@@ -122,6 +129,7 @@ impl fmt::Display for SubjectFailure {
                 "the subject did not answer within {}s and was killed",
                 after.as_secs_f64()
             )?,
+            SubjectFailure::Panicked { message } => write!(f, "the cache panicked: {message}")?,
             SubjectFailure::Protocol { problem, .. } => {
                 write!(f, "the subject broke the protocol: {problem}")?
             }
