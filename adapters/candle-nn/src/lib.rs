@@ -1,0 +1,138 @@
+//! candle-nn's KV caches (`candle_nn::kv_cache`, 0.11.1) as kvcheck
+//! subjects. Each subject drives one cache through its public API as a
+//! candle-transformers model does (K and V in `(batch, heads, seq,
+//! head_dim)`, appended along dim 2) and answers every write with what
+//! candle returns: the K/V tensors and, where the cache says which
+//! positions they hold and which of them the newest query may attend
+//! (`positions`, `attn_mask`), those. It keeps no bookkeeping of its own
+//! that could hide a defect.
+//!
+//! - [`rotating`]: `RotatingKvCache`, the sliding window of Mistral-style
+//!   models (`window = capacity`, no sink), drawn in the contract's default
+//!   trim mode with chunks that fit the window;
+//! - [`growing`]: `KvCache` and `ConcatKvCache`, which keep every row and
+//!   grow (the contract's `growth` without a sink).
+//!
+//! `kvcheck::check` runs them (`tests/candle.rs`); `docs/candle.md` has the
+//! campaign and the findings.
+
+pub mod growing;
+pub mod rotating;
+
+use candle_core::{Device, Tensor};
+use kvcheck::subject::domain::{ConfigLimits, Probes, Rewrites};
+use kvcheck::subject::{Capabilities, Domain, Feature, OpKind};
+use kvcheck::Variant;
+use kvmodel::Config;
+
+/// `Outside` for a write a model never makes: anything but an append at
+/// the cache's own end (`global_end`, what the cache says). Once a cache
+/// has accepted a chunk the contract refuses (a long prefill), the
+/// contract's end and the cache's part; the cache's own is what a model
+/// appends at.
+pub fn appends_at(global_end: u64, request: &kvmodel::Write) -> kvcache::Result<()> {
+    if request.start != global_end as i64 {
+        return Err(kvcache::Error::Outside {
+            reason: format!(
+                "a model appends at the end ({global_end}), never at {}",
+                request.start
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A write's payload, `[B, len, H, D]`, in candle's `(B, H, len, D)`.
+pub fn to_candle(payload: &Tensor) -> candle_core::Result<Tensor> {
+    payload.transpose(1, 2)?.contiguous()
+}
+
+/// What candle returned, `(B, H, rows, D)`, as a view's `[B, rows, H, D]`
+/// holding the rows `order` picks, in that order.
+pub fn rows_of(returned: &Tensor, order: &[usize], device: &Device) -> candle_core::Result<Tensor> {
+    let index = Tensor::from_vec(
+        order.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+        order.len(),
+        device,
+    )?;
+    // A cache may return a narrowed view of its buffer.
+    returned
+        .contiguous()?
+        .index_select(&index, 2)?
+        .transpose(1, 2)?
+        .contiguous()
+}
+
+/// The contract's configuration a candle cache of `capacity` rows is
+/// built for: dense, no sink, every dtype, batch and head count.
+fn requests(domain: Domain) -> Capabilities {
+    Capabilities {
+        variants: vec![Variant::Dense],
+        ops: vec![OpKind::Write, OpKind::Reset],
+        features: Vec::new(),
+        // No read-only view: a model reads the cache through `append`.
+        view: false,
+        // Neither cache reports its storage (no `internals`).
+        domain: Some(Domain {
+            // A model appends its tokens: it never rewrites, skips ahead,
+            // appends nothing or sends a malformed request.
+            rewrites: Rewrites::None,
+            gaps: false,
+            probes: Probes::None,
+            malformed: false,
+            ..domain
+        }),
+        ..Capabilities::full()
+    }
+}
+
+/// `ConfigLimits` with no sink and `growth` as given.
+fn no_sink(growth: bool) -> Box<ConfigLimits> {
+    Box::new(ConfigLimits {
+        max_sink: Some(0),
+        growth: Some(growth),
+        ..ConfigLimits::default()
+    })
+}
+
+/// What the sliding-window cache is asked: chunks up to its window
+/// (a longer one returns the chunk alone, another contract, which the
+/// relations judge: `docs/candle.md`).
+pub fn rotating_capabilities() -> Capabilities {
+    requests(Domain {
+        oversized: false,
+        configs: no_sink(false),
+        ..Domain::default()
+    })
+}
+
+/// [`rotating_capabilities`] with chunks longer than the window too: the
+/// long prefill, whose answer (the chunk alone, under a mask) no trim
+/// mode of the contract describes, for the relations and invariants to
+/// judge (`--oracle self`, never the model). The contract refuses such a
+/// chunk and the cache takes it, so the ops drawn after it (at the
+/// contract's end) are no longer appends at the cache's: the cache
+/// answers them *outside* and the case is cut after the long prefill,
+/// which is judged.
+pub fn rotating_long_prefill_capabilities() -> Capabilities {
+    requests(Domain {
+        configs: no_sink(false),
+        ..Domain::default()
+    })
+}
+
+/// What a cache that keeps every row is asked.
+pub fn growing_capabilities() -> Capabilities {
+    Capabilities {
+        features: vec![Feature::Growth],
+        ..requests(Domain {
+            configs: no_sink(true),
+            ..Domain::default()
+        })
+    }
+}
+
+/// The capacity a candle cache is built with for `config`.
+pub fn max_seq_len(config: &Config) -> usize {
+    config.capacity
+}
