@@ -175,6 +175,11 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
     `max_outside`: the largest share of drawn ops that may lie outside the
     subject's domain (0.5; 1.0 turns it off); `extra`: more `kvcheck run`
     arguments.
+    The binary run is $KVCHECK_BIN when set (a checkout without the
+    wheel: `cargo build --release -p kvcheck`, then KVCHECK_BIN naming
+    target/release/kvcheck and PYTHONPATH the checkout's python/), else the
+    wheel's. Reports write visible positions as half-open ranges:
+    `visible 0..2 6..12` is positions 0, 1 and 6 to 11.
     Returns a Result; raises Divergence when the subject diverges,
     TooFewJudged when it answered outside to so much that fewer than
     `min_judged` writes were served, and MostlyOutside when more than

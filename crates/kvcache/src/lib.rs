@@ -90,6 +90,14 @@ pub enum Error {
         /// Why the request is outside, in the implementation's words.
         reason: String,
     },
+    /// The implementation has no such operation (the trait's default for
+    /// `view`, `rewind`, `evict` and `pin`): a harness that asks for it
+    /// was told the cache has it.
+    #[error("this cache does not implement {op}: leave it out of the ops it declares")]
+    Unimplemented {
+        /// The operation.
+        op: &'static str,
+    },
 }
 
 impl Error {
@@ -215,13 +223,29 @@ pub trait KvCache {
     /// The view of the current state without a recent window (docs/contract.md §4),
     /// all heads. Read-only; available on every variant (the packed variant
     /// refuses zero-length writes, so the harness probes it with this).
-    fn view(&self) -> Result<View<'_>>;
-    /// docs/contract.md §3 `rewind`; returns the new global end.
-    fn rewind(&mut self, to: i64) -> Result<u64>;
-    /// docs/contract.md §3 `evict`; returns the global end.
-    fn evict(&mut self, tokens: i64) -> Result<u64>;
-    /// docs/contract.md §3 `pin`; returns the global end.
-    fn pin(&mut self, tokens: i64) -> Result<u64>;
+    /// The default: [`Error::Unimplemented`], for a cache read only
+    /// through its writes.
+    fn view(&self) -> Result<View<'_>> {
+        Err(Error::Unimplemented { op: "view" })
+    }
+    /// docs/contract.md §3 `rewind`; returns the new global end. The
+    /// default: [`Error::Unimplemented`].
+    fn rewind(&mut self, to: i64) -> Result<u64> {
+        let _ = to;
+        Err(Error::Unimplemented { op: "rewind" })
+    }
+    /// docs/contract.md §3 `evict`; returns the global end. The default:
+    /// [`Error::Unimplemented`].
+    fn evict(&mut self, tokens: i64) -> Result<u64> {
+        let _ = tokens;
+        Err(Error::Unimplemented { op: "evict" })
+    }
+    /// docs/contract.md §3 `pin`; returns the global end. The default:
+    /// [`Error::Unimplemented`].
+    fn pin(&mut self, tokens: i64) -> Result<u64> {
+        let _ = tokens;
+        Err(Error::Unimplemented { op: "pin" })
+    }
     /// docs/contract.md §3 `reset`; returns the new global end, 0.
     ///
     /// The contract never refuses a reset, and the caches of this crate

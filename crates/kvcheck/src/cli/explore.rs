@@ -16,7 +16,7 @@ use kvcheck::report::findings::findings_table;
 use kvcheck::report::shard::Shard;
 use kvcheck::report::{ConfigReport, DiscoveryReport, ExploreSummary, Report, REPORT_FORMAT};
 use kvcheck::settings::Settings;
-use kvcheck::{Config, Variant};
+use kvcheck::{Config, Trim, Variant};
 use rayon::prelude::*;
 
 use super::{failures_dir, CliError};
@@ -49,6 +49,10 @@ pub struct Args {
     /// Heads of the built-in config.
     #[arg(long, default_value_t = 1)]
     heads: usize,
+    /// Trim mode of the built-in config: `before_read` or `after_read`
+    /// [default: the first mode the subject opens].
+    #[arg(long, value_parser = parse_trim)]
+    trim: Option<Trim>,
     #[command(flatten)]
     pub(super) subject: super::SubjectArgs,
     /// `full` or `small` (head ranges and recent windows on appends only).
@@ -84,7 +88,17 @@ pub struct Args {
     triage: super::triage::TriageArgs,
 }
 
+/// Parses a trim mode by its name (`before_read`, `after_read`).
+fn parse_trim(text: &str) -> Result<Trim, String> {
+    Trim::ALL
+        .into_iter()
+        .find(|t| t.name() == text)
+        .ok_or_else(|| format!("unknown trim mode {text:?}: expected before_read or after_read"))
+}
+
 pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
+    let subject = args.subject.spec();
+    let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
     let variant = args
         .variant
         .as_deref()
@@ -102,6 +116,10 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         };
         config.sink = args.sink;
         config.heads = args.heads;
+        config.trim = args
+            .trim
+            .or_else(|| capabilities.trims.first().copied())
+            .unwrap_or_default();
         (vec![config], Vec::new())
     };
     for config in &configs {
@@ -118,9 +136,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         args.alphabet
     };
     let depth = args.depth.unwrap_or(settings.explore_depth);
-    let subject = args.subject.spec();
     super::announce(&subject);
-    let capabilities = subject.capabilities().map_err(CliError::Capabilities)?;
     // A grid keeps the configs of its shard (by index in the whole grid,
     // so every machine numbers them alike) and the configs the subject can
     // express; a single config or prefix it cannot express is bad input.
@@ -208,11 +224,11 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         shards: vec![args.shard],
         configs: Vec::new(),
         required: if args.grid {
-            all_required_events()
+            all_required_events(&capabilities)
         } else {
             configs
                 .first()
-                .map(|(_, c)| kvcheck::engine::explore::required_events(c))
+                .map(|(_, c)| kvcheck::engine::explore::required_events(c, &capabilities))
                 .unwrap_or_default()
         },
         elapsed_s: elapsed.as_secs_f64(),

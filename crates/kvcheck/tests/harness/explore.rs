@@ -8,7 +8,7 @@ use kvcheck::check::coverage::Coverage;
 use kvcheck::engine::explore::{
     all_required_events, assert_finds, grid, missing, Alphabet, Explorer,
 };
-use kvcheck::subject::{Fault, SubjectSpec};
+use kvcheck::subject::{Capabilities, Factory, Fault, OpKind, ReferenceCache, SubjectSpec};
 use kvcheck::{Config, Op, Write};
 
 /// Asserts that BFS finds `fault` with a counterexample of exactly `len`
@@ -101,7 +101,7 @@ fn grid_slice_passes_and_reaches_every_sometimes_event() {
         assert_eq!(report.depth_completed, 3);
         coverage.merge(&report.coverage);
     }
-    let missed = missing(&coverage, &all_required_events());
+    let missed = missing(&coverage, &all_required_events(&Capabilities::full()));
     assert!(missed.is_empty(), "the grid never reached {missed:?}");
     eprintln!(
         "grid slice: {} configs in {:.1?}",
@@ -153,7 +153,7 @@ fn after_read_is_explored_on_the_caches_that_open_it() {
         trim: kvcheck::Trim::AfterRead,
         ..sink_config(3, 1)
     };
-    let required = kvcheck::engine::explore::required_events(&config);
+    let required = kvcheck::engine::explore::required_events(&config, &Capabilities::full());
     assert!(!required.iter().any(|e| e == "error:chunk_too_large"));
     let report = Explorer::new(&config, SubjectSpec::Reference)
         .depth(3)
@@ -164,4 +164,74 @@ fn after_read_is_explored_on_the_caches_that_open_it() {
         .assert_discovery();
     assert!(found.trace.ops.len() <= 2, "{found}");
     assert_eq!(found.trace.config.trim, kvcheck::Trim::AfterRead);
+}
+
+/// The reference cache declared as a plain cache of one kind: the
+/// exploration requires only the events its ops, features, trim mode and
+/// domain reach, so that a correct one passes.
+fn plain(name: &str, capabilities: Capabilities) -> Factory {
+    Factory::new(name, capabilities, |config, device| {
+        Ok(Box::new(ReferenceCache::new(config, device)?))
+    })
+}
+
+#[test]
+fn a_correct_append_only_or_read_then_trim_cache_reaches_what_it_can() {
+    use kvcheck::subject::domain::{ConfigLimits, Rewrites};
+    use kvcheck::subject::{Domain, Feature};
+    let appends_only = Capabilities {
+        variants: vec![kvcheck::Variant::Dense],
+        ops: vec![OpKind::Write, OpKind::Reset],
+        features: vec![Feature::Growth],
+        domain: Some(Domain {
+            rewrites: Rewrites::None,
+            gaps: false,
+            malformed: false,
+            configs: Box::new(ConfigLimits {
+                max_sink: Some(0),
+                growth: Some(true),
+                ..ConfigLimits::default()
+            }),
+            ..Domain::default()
+        }),
+        ..Capabilities::full()
+    };
+    let growing = Config {
+        growth: true,
+        ..Config::dense(2)
+    };
+    let report = Explorer::new(&growing, plain("appends-only", appends_only).into())
+        .depth(3)
+        .assert_no_discovery();
+    assert!(
+        report.missing_events().is_empty(),
+        "{:?}",
+        report.missing_events()
+    );
+    // A sink cache that trims after the read (attention sinks): no window,
+    // growth or pins, and no chunk refused for room.
+    let sinks = Capabilities {
+        variants: vec![kvcheck::Variant::Dense],
+        ops: vec![OpKind::Write, OpKind::Reset],
+        features: Vec::new(),
+        trims: vec![kvcheck::Trim::AfterRead],
+        ..Capabilities::full()
+    };
+    let config = Config {
+        trim: kvcheck::Trim::AfterRead,
+        ..sink_config(4, 1)
+    };
+    let report = Explorer::new(&config, plain("sinks", sinks).into())
+        .depth(3)
+        .assert_no_discovery();
+    assert!(
+        report.missing_events().is_empty(),
+        "{:?}",
+        report.missing_events()
+    );
+    assert!(
+        !report.required.iter().any(|e| e.contains("pin")),
+        "{:?}",
+        report.required
+    );
 }

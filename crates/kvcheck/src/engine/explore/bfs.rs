@@ -97,17 +97,20 @@ pub(super) struct Bfs<'e> {
 
 impl<'e> Bfs<'e> {
     pub(super) fn new(explorer: &'e Explorer) -> Bfs<'e> {
+        let capabilities = explorer
+            .subject
+            .capabilities()
+            .unwrap_or_else(|_| Capabilities::full());
+        let mut report = ExploreReport::empty(explorer);
+        report.required = super::required_events(&explorer.config, &capabilities);
         Bfs {
             explorer,
             nodes: Vec::new(),
             seen: HashSet::new(),
             coverage: Coverage::default(),
-            report: ExploreReport::empty(explorer),
+            report,
             merged_transitions: 0,
-            capabilities: explorer
-                .subject
-                .capabilities()
-                .unwrap_or_else(|_| Capabilities::full()),
+            capabilities,
         }
     }
 

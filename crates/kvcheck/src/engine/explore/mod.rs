@@ -56,7 +56,7 @@ pub use alphabet::{Alphabet, UnknownAlphabet};
 use crate::check::coverage::Coverage;
 use crate::check::divergence::Divergence;
 use crate::engine::oracle::Oracle;
-use crate::subject::{Fault, SubjectSpec};
+use crate::subject::{Capabilities, Fault, SubjectSpec};
 
 /// A breadth-first explorer of one configuration and one subject.
 #[derive(Clone, Debug)]
@@ -232,6 +232,9 @@ pub struct ExploreReport {
     pub elapsed: Duration,
     /// Labelled events of the transitions (replays excluded).
     pub coverage: Coverage,
+    /// The events it must reach ([`required_events`] of its config and
+    /// subject).
+    pub required: Vec<String>,
     /// Triage mode: every divergent transition, grouped by signature, the
     /// representative of each the first in breadth-first order.
     pub triage: crate::engine::triage::Triage,
@@ -254,6 +257,7 @@ impl ExploreReport {
             timed_out: false,
             elapsed: Duration::ZERO,
             coverage: Coverage::default(),
+            required: Vec::new(),
             triage: crate::engine::triage::Triage::new(),
         }
     }
@@ -263,10 +267,10 @@ impl ExploreReport {
         self.states as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// The events of [`required_events`] for this configuration that the
-    /// exploration never reached.
+    /// The events of [`required_events`] for this configuration and
+    /// subject that the exploration never reached.
     pub fn missing_events(&self) -> Vec<String> {
-        missing(&self.coverage, &required_events(&self.config))
+        missing(&self.coverage, &self.required)
     }
 }
 
@@ -309,8 +313,10 @@ impl fmt::Display for ExploreReport {
 /// window leaves no room for it). Events that cannot
 /// happen under `config` are left out (growth without `growth`, pins with
 /// `sink = 0`, `unsupported` on a dense cache, `chunk_too_large` and
-/// `window_too_small` when trimming after the read, …).
-pub fn required_events(config: &Config) -> Vec<String> {
+/// `window_too_small` when trimming after the read, …), and so are those
+/// the subject's ops, features and declared domain cannot reach
+/// ([`Capabilities::allows_event`]).
+pub fn required_events(config: &Config, capabilities: &Capabilities) -> Vec<String> {
     let dense = config.variant == Variant::Dense;
     let sink = config.sink > 0;
     let window_below_capacity = config.effective_window() < config.capacity;
@@ -343,12 +349,14 @@ pub fn required_events(config: &Config) -> Vec<String> {
         };
         need(&format!("error:{}", kind.name()), reachable);
     }
+    events.retain(|event| capabilities.allows_event(event));
     events
 }
 
 /// Every event of [`required_events`] over all configurations: what grid
-/// mode must reach (union over its configs).
-pub fn all_required_events() -> Vec<String> {
+/// mode must reach (union over its configs), of those the subject can
+/// reach.
+pub fn all_required_events(capabilities: &Capabilities) -> Vec<String> {
     let mut events = vec![
         "eviction_beside_sink".to_string(),
         "pin_during_eviction".to_string(),
@@ -361,6 +369,7 @@ pub fn all_required_events() -> Vec<String> {
             .iter()
             .map(|k| format!("error:{}", k.name())),
     );
+    events.retain(|event| capabilities.allows_event(event));
     events
 }
 
