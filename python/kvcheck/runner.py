@@ -92,15 +92,19 @@ class Result:
     `outside_share`: the share of drawn ops that lay outside the subject's
     domain (0.0 when no case was cut there); `warnings`: kvcheck's
     warnings (a share over its threshold names the declaration that would
-    keep the draws inside); `output`: what kvcheck printed."""
+    keep the draws inside); `output`: what kvcheck printed; `op_counts`:
+    the judged ops by kind (OP_KINDS: appends, rewrites, probes, gaps,
+    rewinds, evicts, pins, resets, oversized chunks, refusals), so that a
+    test can see its cache's ops were exercised."""
 
-    def __init__(self, ops, seconds, subject, output="", outside_share=0.0, warnings=()):
+    def __init__(self, ops, seconds, subject, output="", outside_share=0.0, warnings=(), op_counts=None):
         self.ops = ops
         self.seconds = seconds
         self.subject = subject
         self.output = output
         self.outside_share = outside_share
         self.warnings = list(warnings)
+        self.op_counts = dict(op_counts or {})
 
     def __repr__(self):
         return "Result(ops=%d, seconds=%.1f, outside_share=%.3f)" % (self.ops, self.seconds, self.outside_share)
@@ -109,6 +113,8 @@ class Result:
         text = "%s ops checked in %.1f s, no divergence (%s)" % (format(self.ops, ","), self.seconds, self.subject)
         if self.outside_share:
             text += "; %.1f%% of the drawn ops outside its domain" % (100 * self.outside_share)
+        if self.op_counts:
+            text += "\nops judged: " + ", ".join("%d %s" % (self.op_counts.get(name, 0), name) for _, name in OP_KINDS)
         return text
 
 
@@ -224,7 +230,7 @@ def check(subject, time=20, oracle="model", profile=None, seed=None, args=(), ou
     if done.returncode == 0 and share > max_outside:
         raise MostlyOutside(share, max_outside, report.get("warnings", ()), output)
     if done.returncode == 0:
-        result = Result(ops, seconds, subject.__qualname__, output, share, report.get("warnings", ()))
+        result = Result(ops, seconds, subject.__qualname__, output, share, report.get("warnings", ()), op_counts(report))
         print("kvcheck: " + result.summary())
         if RESULTS is not None:
             RESULTS.append(result)
@@ -284,6 +290,28 @@ def load_report(path):
     except (OSError, ValueError):
         return None
     return report if isinstance(report, dict) and report.get("kind") == "run" else None
+
+
+# The kinds of judged op a run counts (the `op:KIND` labels of a profile's
+# coverage in the report) and their names, in report order.
+OP_KINDS = (
+    ("op:append", "appends"),
+    ("op:rewrite", "rewrites"),
+    ("op:probe", "probes"),
+    ("op:gap", "gaps"),
+    ("op:rewind", "rewinds"),
+    ("op:evict", "evicts"),
+    ("op:pin", "pins"),
+    ("op:reset", "resets"),
+    ("op:oversized", "oversized chunks"),
+    ("op:refused", "refusals"),
+)
+
+
+def op_counts(report):
+    """The judged ops of a run report by kind: {name: count} over OP_KINDS."""
+    profiles = report.get("profiles", [])
+    return {name: sum(p.get("coverage", {}).get(label, 0) for p in profiles) for label, name in OP_KINDS}
 
 
 def totals(report):

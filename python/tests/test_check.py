@@ -30,6 +30,11 @@ class Check(WithBinary):
         result = kvcheck.check(reference_subject.Reference, time=2, profile=["tiny", "packed"], seed=3, out=self.out)
         self.assertGreater(result.ops, 100)
         self.assertIn("no divergence", result.summary())
+        # The judged ops by kind come back from the report, and add up.
+        self.assertGreater(result.op_counts["appends"], 0)
+        kinds = ("appends", "rewrites", "probes", "gaps", "rewinds", "evicts", "pins", "resets")
+        self.assertEqual(sum(result.op_counts[k] for k in kinds), result.ops)
+        self.assertIn("ops judged: ", result.summary())
 
     def test_a_fault_fails_with_the_minimized_trace_and_its_replay(self):
         with self.assertRaises(kvcheck.Divergence) as caught:

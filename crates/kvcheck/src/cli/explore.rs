@@ -88,12 +88,22 @@ pub struct Args {
     triage: super::triage::TriageArgs,
 }
 
+/// A `--trim` that names no trim mode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown trim mode {text:?}: expected before_read or after_read")]
+pub struct UnknownTrim {
+    /// The text given.
+    pub text: String,
+}
+
 /// Parses a trim mode by its name (`before_read`, `after_read`).
-fn parse_trim(text: &str) -> Result<Trim, String> {
+fn parse_trim(text: &str) -> Result<Trim, UnknownTrim> {
     Trim::ALL
         .into_iter()
         .find(|t| t.name() == text)
-        .ok_or_else(|| format!("unknown trim mode {text:?}: expected before_read or after_read"))
+        .ok_or_else(|| UnknownTrim {
+            text: text.to_string(),
+        })
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {

@@ -29,7 +29,7 @@ use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
 use crate::check::coverage::{Coverage, CUT_CASE};
 use crate::check::divergence::{file_name_part, Divergence};
-use crate::check::trace::Trace;
+use crate::check::trace::{Trace, TraceError};
 use crate::engine::case::{self, run_case, CaseError};
 use crate::engine::minimize::{minimize_keeping, minimize_with};
 use crate::engine::strategy::{
@@ -64,7 +64,7 @@ pub struct SuiteDivergence {
     /// The divergence of the reduced case.
     pub divergence: Box<Divergence>,
     /// Where its trace is saved, or why it is not.
-    pub trace: Result<PathBuf, String>,
+    pub trace: Result<PathBuf, TraceError>,
     /// The command that replays it.
     pub reproduce: String,
 }
@@ -123,7 +123,14 @@ pub enum SuiteError {
         /// The panic's message.
         message: String,
         /// Where the shrunk case's trace is saved, or why it is not.
-        trace: Result<PathBuf, String>,
+        trace: Result<PathBuf, TraceError>,
+    },
+    /// A case failed and left no account of why (a failing run always
+    /// records one: this is kvcheck's own fault).
+    #[error("profile {profile}: a case failed without recording why")]
+    Unrecorded {
+        /// The profile.
+        profile: &'static str,
     },
     /// Proptest gave up on the suite (too many rejected cases).
     #[error("profile {profile}: aborted: {reason}")]
@@ -283,10 +290,7 @@ fn shrunk_cases(
                 // minimizer then removes and merges ops it cannot.
                 let (mut divergence, ops) = minimized(divergence, settings, ops.len());
                 let path = failure_path(profile, &settings.subject, &settings.failures_dir);
-                let trace = divergence
-                    .save_as(&path)
-                    .map(|()| path.clone())
-                    .map_err(|e| e.to_string());
+                let trace = divergence.save_as(&path).map(|()| path.clone());
                 let first = first_failure.get().unwrap_or(0);
                 Err(SuiteError::Diverged(Box::new(SuiteDivergence {
                     profile: profile.name,
@@ -308,8 +312,7 @@ fn shrunk_cases(
                 let trace = Trace::new(case.config, case.ops)
                     .with_model_expect()
                     .save(&path)
-                    .map(|()| path)
-                    .map_err(|e| e.to_string());
+                    .map(|()| path);
                 Err(SuiteError::Panicked {
                     profile: profile.name,
                     subject: settings.subject.label(),
@@ -318,11 +321,8 @@ fn shrunk_cases(
                 })
             }
             // Every failing run records why before it returns.
-            None => Err(SuiteError::Panicked {
+            None => Err(SuiteError::Unrecorded {
                 profile: profile.name,
-                subject: settings.subject.label(),
-                message: "a case failed without recording why".to_string(),
-                trace: Err("nothing to save".to_string()),
             }),
         },
     }
@@ -416,7 +416,7 @@ fn minimized_cases(
             ops,
             reduce_runs: runs,
             divergence,
-            trace: trace.map_err(|e| e.to_string()),
+            trace,
             reproduce,
         })));
     }
