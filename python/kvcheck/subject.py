@@ -45,7 +45,10 @@ The subclass API (stable):
   the least C - S and W - S; `batch`, `heads`, `head_dim`: the values it
   opens; `max_sink`: the most sink tokens, 0 for a cache without sinks;
   `growth`: true for a cache that only grows, false for one that never
-  does); revision 3, DOMAIN_FIELDS and docs/subject-protocol.md say what
+  does), `after_read` a whole domain of its own for the cache's
+  `after_read` configurations where it differs (a cache with both trim
+  modes, refusing long chunks before the read and reading them after);
+  revision 3, DOMAIN_FIELDS and docs/subject-protocol.md say what
   each admits). kvcheck then draws
   only inside it. `trims` (("before_read",) default: the trim modes the
   cache opens, any of `TRIMS`, docs/contract.md §3 "Trim modes"): a cache
@@ -136,6 +139,7 @@ DOMAIN_FIELDS = {
     "pin": ("any", "scene_cut", "held"),
     "rewinds": ("any", "held"),
     "configs": "configs",
+    "after_read": "domain",
 }
 
 # The limits of a domain's "configs" (each optional): least numbers
@@ -212,6 +216,12 @@ def domain_problem(domain):
             problem = configs_problem(value)
             if problem is not None:
                 return problem
+        elif allowed == "domain":
+            # The domain of the cache's after_read configurations, where
+            # it differs: a whole declaration of its own.
+            problem = domain_problem(value)
+            if problem is not None:
+                return '"%s": %s' % (field, problem)
         elif value not in allowed:
             return "%r: %r is not one of %s" % (field, value, ", ".join(allowed))
     return None

@@ -358,6 +358,7 @@ class Domains(unittest.TestCase):
                 "max_sink": 0,
                 "growth": True,
             },
+            "after_read": {"oversized": True, "configs": {"max_sink": 2}},
         }
         self.assertEqual(sorted(domain), sorted(kvcheck.DOMAIN_FIELDS))
         self.assertEqual(sorted(domain["configs"]), sorted(kvcheck.subject.CONFIG_LIMITS))
@@ -383,6 +384,7 @@ class Domains(unittest.TestCase):
             ({"chunks": {"sizes": [3]}}, "chunks"),
             ({"chunks": 3}, "chunks"),
             ({"configs": {"growth": 1}}, "expected true or false"),
+            ({"after_read": {"gap": False}}, "\"after_read\": unknown field 'gap'"),
             ({"configs": {"max_sink": -1}}, "expected an int >= 0"),
             ({"configs": {"max_sink": False}}, "expected an int >= 0"),
             (["gaps"], "expected a dict"),

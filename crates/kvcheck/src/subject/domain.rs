@@ -11,7 +11,7 @@
 //! domain admits for a domain violation. A subject that declares nothing
 //! is asked everything.
 
-use kvmodel::{Model, Op};
+use kvmodel::{Model, Op, Trim};
 use serde::{Deserialize, Serialize};
 
 /// Which rewrites of positions below the global end a subject is asked.
@@ -117,6 +117,11 @@ pub struct Domain {
     /// Which configurations it opens (boxed: most domains leave it
     /// empty, and capabilities carry a domain by value).
     pub configs: Box<ConfigLimits>,
+    /// The domain of its `after_read` configurations, where it differs
+    /// from this one ([`Domain::in_mode`]): one cache that trims before
+    /// the read in one mode and after it in the other is one subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_read: Option<Box<Domain>>,
 }
 
 impl Default for Domain {
@@ -133,6 +138,7 @@ impl Default for Domain {
             pin: Moves::Any,
             rewinds: Rewinds::Any,
             configs: Box::default(),
+            after_read: None,
         }
     }
 }
@@ -199,6 +205,7 @@ impl Domain {
             pin: Moves::SceneCut,
             rewinds: Rewinds::Held,
             configs: Box::default(),
+            after_read: None,
         }
     }
 
@@ -207,6 +214,15 @@ impl Domain {
     /// only requests the domain leaves out reach, such as the refusal of a
     /// gap when `gaps` is false.
     pub fn allows_event(&self, event: &str) -> bool {
+        self.allows_event_here(event)
+            || self
+                .after_read
+                .as_ref()
+                .is_some_and(|d| d.allows_event_here(event))
+    }
+
+    /// [`Domain::allows_event`] of this domain's own fields.
+    fn allows_event_here(&self, event: &str) -> bool {
         match event {
             "error:non_sequential" => self.gaps,
             "error:invalid_argument" | "error:negative_window" | "error:head_range" => {
@@ -275,6 +291,13 @@ impl Domain {
             pin: narrower(self.pin, other.pin),
             rewinds: narrower(self.rewinds, other.rewinds),
             configs: Box::new(self.configs.intersect(&other.configs)),
+            after_read: match (&self.after_read, &other.after_read) {
+                (None, None) => None,
+                _ => Some(Box::new(
+                    self.in_mode(Trim::AfterRead)
+                        .intersect(other.in_mode(Trim::AfterRead)),
+                )),
+            },
         }
     }
 
@@ -290,6 +313,10 @@ impl Domain {
     /// `model` (the contract's state before the op) whose latest chunk is
     /// `latest`; otherwise the declaration that excludes it.
     pub fn admits(&self, model: &Model, latest: Latest, op: &Op) -> Result<(), Excluded> {
+        let mode = self.in_mode(model.config().trim);
+        if !std::ptr::eq(mode, self) {
+            return mode.admits(model, latest, op);
+        }
         let out = |declaration| {
             Err(Excluded {
                 declaration,
@@ -411,6 +438,7 @@ mod tests;
 mod configs;
 mod shape;
 mod suggest;
+mod trims;
 
 pub use configs::{ConfigLimits, Unopened};
 pub use suggest::{declared_field, narrowest, Narrowing, SUGGESTIONS};

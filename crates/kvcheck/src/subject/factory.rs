@@ -29,7 +29,8 @@ pub type OpenFn = dyn Fn(&Config, &Device) -> kvcache::Result<Box<dyn KvCache>> 
 #[derive(Clone)]
 pub struct Factory {
     name: String,
-    capabilities: Capabilities,
+    // Shared like the function: a subject handle stays small.
+    capabilities: Arc<Capabilities>,
     open: Arc<OpenFn>,
 }
 
@@ -44,7 +45,7 @@ impl Factory {
     ) -> Factory {
         Factory {
             name: name.to_string(),
-            capabilities,
+            capabilities: Arc::new(capabilities),
             open: Arc::new(open),
         }
     }

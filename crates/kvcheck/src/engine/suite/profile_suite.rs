@@ -123,7 +123,7 @@ pub enum SuiteError {
         /// The panic's message.
         message: String,
         /// Where the shrunk case's trace is saved, or why it is not.
-        trace: Result<PathBuf, TraceError>,
+        trace: Result<PathBuf, Box<TraceError>>,
     },
     /// A case failed and left no account of why (a failing run always
     /// records one: this is kvcheck's own fault).
@@ -312,7 +312,8 @@ fn shrunk_cases(
                 let trace = Trace::new(case.config, case.ops)
                     .with_model_expect()
                     .save(&path)
-                    .map(|()| path);
+                    .map(|()| path)
+                    .map_err(Box::new);
                 Err(SuiteError::Panicked {
                     profile: profile.name,
                     subject: settings.subject.label(),

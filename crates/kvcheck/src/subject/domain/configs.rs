@@ -137,6 +137,10 @@ impl Domain {
     /// than that room are left out (otherwise no write of the config would
     /// be admitted); else why not, in words.
     pub fn opens(&self, config: &Config) -> Result<(), Unopened> {
+        let mode = self.in_mode(config.trim);
+        if !std::ptr::eq(mode, self) {
+            return mode.opens(config);
+        }
         let room = config.capacity.saturating_sub(config.sink) as u64;
         let window = config.effective_window().saturating_sub(config.sink) as u64;
         let limits = &self.configs;

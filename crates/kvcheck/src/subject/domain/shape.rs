@@ -14,6 +14,10 @@ impl Domain {
     /// append at the global end), which is inside in every configuration
     /// the domain [opens](Domain::opens).
     pub fn shape(&self, model: &Model, latest: Latest, op: Op) -> Op {
+        let mode = self.in_mode(model.config().trim);
+        if !std::ptr::eq(mode, self) {
+            return mode.shape(model, latest, op);
+        }
         if self.admits(model, latest, &op).is_ok() {
             return op;
         }
