@@ -2,13 +2,13 @@
 //! that keep every row, so `append` returns positions `0..G` in order (what
 //! both document: the whole sequence so far along dim 2).
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use candle_nn::kv_cache::{ConcatKvCache, KvCache as CandleKvCache};
-use kvcache::{Error, KvCache, View};
+use kvcache::{KvCache, View};
 use kvcheck::subject::Factory;
 use kvmodel::{Config, Write};
 
-use crate::{appends_at, growing_capabilities, max_seq_len, rows_of, to_candle};
+use crate::{appends_at, growing_capabilities, max_seq_len, to_candle, view_of};
 
 /// Either cache.
 enum Inner {
@@ -22,7 +22,6 @@ enum Inner {
 pub struct Growing {
     config: Config,
     cache: Inner,
-    device: Device,
 }
 
 impl KvCache for Growing {
@@ -44,27 +43,10 @@ impl KvCache for Growing {
             Inner::Buffer(c) => c.append(&k, &v)?,
             Inner::Concat(c) => c.append(&k, &v)?,
         };
-        let order: Vec<usize> = (0..k.dim(2)?).collect();
-        let k = rows_of(&k, &order, &self.device)?;
-        let v = rows_of(&v, &order, &self.device)?;
-        let positions = (0..order.len() as u64).collect();
-        Ok(View::new(self.global_end(), positions, k, v, false))
-    }
-
-    fn view(&self) -> kvcache::Result<View<'_>> {
-        Err(outside("a model reads the cache through append only"))
-    }
-
-    fn rewind(&mut self, _: i64) -> kvcache::Result<u64> {
-        Err(outside("no rewind"))
-    }
-
-    fn evict(&mut self, _: i64) -> kvcache::Result<u64> {
-        Err(outside("no evict"))
-    }
-
-    fn pin(&mut self, _: i64) -> kvcache::Result<u64> {
-        Err(outside("no pin"))
+        // Every row, in position order: what both caches document.
+        let positions: Vec<usize> = (0..k.dim(2)?).collect();
+        let masked = vec![0; positions.len()];
+        view_of(self.global_end(), (&k, &v), &positions, &masked)
     }
 
     fn reset(&mut self) -> kvcache::Result<u64> {
@@ -76,26 +58,15 @@ impl KvCache for Growing {
     }
 }
 
-fn outside(reason: &str) -> Error {
-    Error::Outside {
-        reason: reason.to_string(),
-    }
-}
-
 /// The subject `KvCache::new(2, C)`.
 pub fn kv_cache() -> Factory {
-    Factory::new(
-        "candle-nn:KvCache",
-        growing_capabilities(),
-        |config, device| {
-            let cache = Inner::Buffer(CandleKvCache::new(2, max_seq_len(config)));
-            Ok(Box::new(Growing {
-                config: config.clone(),
-                cache,
-                device: device.clone(),
-            }))
-        },
-    )
+    Factory::new("candle-nn:KvCache", growing_capabilities(), |config, _| {
+        let cache = Inner::Buffer(CandleKvCache::new(2, max_seq_len(config)));
+        Ok(Box::new(Growing {
+            config: config.clone(),
+            cache,
+        }))
+    })
 }
 
 /// The subject `ConcatKvCache::new(2)`.
@@ -103,11 +74,10 @@ pub fn concat_kv_cache() -> Factory {
     Factory::new(
         "candle-nn:ConcatKvCache",
         growing_capabilities(),
-        |config, device| {
+        |config, _| {
             Ok(Box::new(Growing {
                 config: config.clone(),
                 cache: Inner::Concat(ConcatKvCache::new(2)),
-                device: device.clone(),
             }))
         },
     )

@@ -19,7 +19,8 @@
 pub mod growing;
 pub mod rotating;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
+use kvcache::View;
 use kvcheck::subject::domain::{ConfigLimits, Probes, Rewrites};
 use kvcheck::subject::{Capabilities, Domain, Feature, OpKind};
 use kvcheck::Variant;
@@ -47,20 +48,43 @@ pub fn to_candle(payload: &Tensor) -> candle_core::Result<Tensor> {
     payload.transpose(1, 2)?.contiguous()
 }
 
-/// What candle returned, `(B, H, rows, D)`, as a view's `[B, rows, H, D]`
-/// holding the rows `order` picks, in that order.
-pub fn rows_of(returned: &Tensor, order: &[usize], device: &Device) -> candle_core::Result<Tensor> {
-    let index = Tensor::from_vec(
-        order.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-        order.len(),
-        device,
-    )?;
+/// The view of what candle returned, `(B, H, rows, D)` K and V whose row
+/// `i` holds `positions[i]`: the rows with `masked[i] == 0`, in position
+/// order, as `[B, rows, H, D]`. Fewer or more rows than positions is the
+/// cache's failure, named.
+pub fn view_of(
+    global_end: u64,
+    (k, v): (&Tensor, &Tensor),
+    positions: &[usize],
+    masked: &[u8],
+) -> kvcache::Result<View<'static>> {
+    let rows = k.dim(2)?;
+    if rows != positions.len() || masked.len() != rows {
+        return Err(kvcache::Error::External(
+            format!(
+                "append returned {rows} rows for {} positions and {} mask entries",
+                positions.len(),
+                masked.len()
+            )
+            .into(),
+        ));
+    }
+    let mut seen: Vec<(u64, u32)> = (0..rows)
+        .filter(|&row| masked[row] == 0)
+        .map(|row| (positions[row] as u64, row as u32))
+        .collect();
+    seen.sort_unstable();
+    let order: Vec<u32> = seen.iter().map(|&(_, row)| row).collect();
+    let index = Tensor::from_vec(order, seen.len(), k.device())?;
     // A cache may return a narrowed view of its buffer.
-    returned
-        .contiguous()?
-        .index_select(&index, 2)?
-        .transpose(1, 2)?
-        .contiguous()
+    let pick = |t: &Tensor| -> candle_core::Result<Tensor> {
+        t.contiguous()?
+            .index_select(&index, 2)?
+            .transpose(1, 2)?
+            .contiguous()
+    };
+    let visible = seen.into_iter().map(|(position, _)| position).collect();
+    Ok(View::new(global_end, visible, pick(k)?, pick(v)?, false))
 }
 
 /// The contract's configuration a candle cache of `capacity` rows is

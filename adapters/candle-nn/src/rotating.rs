@@ -4,13 +4,13 @@
 
 use candle_core::{Device, Tensor};
 use candle_nn::kv_cache::RotatingKvCache;
-use kvcache::{Error, KvCache, View};
+use kvcache::{KvCache, View};
 use kvcheck::subject::{Capabilities, Factory};
 use kvmodel::{Config, Write};
 
 use crate::{
-    appends_at, max_seq_len, rotating_capabilities, rotating_long_prefill_capabilities, rows_of,
-    to_candle,
+    appends_at, max_seq_len, rotating_capabilities, rotating_long_prefill_capabilities, to_candle,
+    view_of,
 };
 
 /// The cache and what it was built for.
@@ -35,57 +35,12 @@ impl KvCache for Rotating {
         let positions = self.cache.positions(n);
         let mask = self.cache.attn_mask(n, &self.device)?;
         let (k, v) = self.cache.append(&to_candle(k)?, &to_candle(v)?)?;
-        let rows = k.dim(2)?;
-        if rows != positions.len() {
-            return Err(Error::External(
-                format!(
-                    "append returned {rows} rows, positions({n}) {} positions",
-                    positions.len()
-                )
-                .into(),
-            ));
-        }
         // The newest query's row of the mask (1: masked); none for one token.
-        let masked: Vec<u8> = match mask {
+        let masked = match mask {
             Some(mask) => mask.get(mask.dim(0)? - 1)?.to_vec1()?,
-            None => vec![0; rows],
+            None => vec![0; positions.len()],
         };
-        let mut seen: Vec<(u64, usize)> = (0..rows)
-            .filter(|&row| masked.get(row) == Some(&0))
-            .map(|row| (positions[row] as u64, row))
-            .collect();
-        seen.sort_unstable();
-        let order: Vec<usize> = seen.iter().map(|&(_, row)| row).collect();
-        let (k, v) = (
-            rows_of(&k, &order, &self.device)?,
-            rows_of(&v, &order, &self.device)?,
-        );
-        let visible = seen.into_iter().map(|(position, _)| position).collect();
-        Ok(View::new(self.global_end(), visible, k, v, false))
-    }
-
-    fn view(&self) -> kvcache::Result<View<'_>> {
-        Err(Error::Outside {
-            reason: "a model reads the cache through append only".into(),
-        })
-    }
-
-    fn rewind(&mut self, _: i64) -> kvcache::Result<u64> {
-        Err(Error::Outside {
-            reason: "RotatingKvCache has no rewind".into(),
-        })
-    }
-
-    fn evict(&mut self, _: i64) -> kvcache::Result<u64> {
-        Err(Error::Outside {
-            reason: "RotatingKvCache has no evict".into(),
-        })
-    }
-
-    fn pin(&mut self, _: i64) -> kvcache::Result<u64> {
-        Err(Error::Outside {
-            reason: "RotatingKvCache has no pin".into(),
-        })
+        view_of(self.global_end(), (&k, &v), &positions, &masked)
     }
 
     fn reset(&mut self) -> kvcache::Result<u64> {
