@@ -10,7 +10,7 @@
 
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::{check, CheckFailure, CheckSettings};
-use kvcheck_candle_nn::{growing, rotating};
+use kvcheck_candle_nn::{growing, interleaved, rotating};
 
 fn settings() -> CheckSettings {
     CheckSettings::from_env().expect("the KVCHECK_* knobs parse")
@@ -29,6 +29,18 @@ fn kv_cache_keeps_the_contract() {
 #[test]
 fn concat_kv_cache_keeps_the_contract() {
     let checked = check(growing::concat_kv_cache(), &settings()).unwrap();
+    println!("{checked}");
+}
+
+#[test]
+fn interleaved_kv_cache_keeps_the_contract() {
+    let checked = check(interleaved::interleaved_kv_cache(), &settings()).unwrap();
+    println!("{checked}");
+}
+
+#[test]
+fn raw_interleaved_kv_cache_keeps_the_contract() {
+    let checked = check(interleaved::raw_interleaved_kv_cache(), &settings()).unwrap();
     println!("{checked}");
 }
 

@@ -356,7 +356,10 @@ pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result
     use proptest::strategy::ValueTree as _;
     let mut runner = TestRunner::deterministic();
     let configs = (profile.configs)();
-    let mut first = None;
+    // The distinct reasons, a few of them: a profile of sinks and growth
+    // may be shut out by both declarations, and naming only the first
+    // would hide the second.
+    let mut reasons: Vec<String> = Vec::new();
     for _ in 0..PROFILE_SAMPLES {
         let Ok(tree) = configs.new_tree(&mut runner) else {
             break;
@@ -365,7 +368,9 @@ pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result
             match capabilities.supports_config(&config) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
-                    first.get_or_insert(e);
+                    if reasons.len() < 3 && !reasons.contains(&e.what) {
+                        reasons.push(e.what);
+                    }
                 }
             }
         }
@@ -375,7 +380,11 @@ pub fn profile_support(profile: &Profile, capabilities: &Capabilities) -> Result
             "profile {} ({}): {}",
             profile.name,
             profile.about,
-            first.map_or_else(|| "no configuration drawn".to_string(), |e| e.what)
+            if reasons.is_empty() {
+                "no configuration drawn".to_string()
+            } else {
+                reasons.join("; ")
+            }
         ),
     })
 }
