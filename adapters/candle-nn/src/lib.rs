@@ -10,16 +10,15 @@
 //! - [`rotating`]: `RotatingKvCache`, the sliding window of Mistral-style
 //!   models (`window = capacity`, no sink), drawn in the contract's default
 //!   trim mode with chunks that fit the window;
-//! - [`growing`]: `KvCache` and `ConcatKvCache`, which keep every row and
-//!   grow (the contract's `growth` without a sink);
-//! - [`interleaved`]: `InterleavedKvCache` and `RawInterleavedKvCache`, the
-//!   same for one sequence with K and V side by side per head.
+//! - [`growing`]: `KvCache`, `ConcatKvCache`, `InterleavedKvCache` and
+//!   `RawInterleavedKvCache`, which keep every row and grow (the
+//!   contract's `growth` without a sink; the interleaved ones for one
+//!   sequence, K and V side by side per head).
 //!
 //! `kvcheck::check` runs them (`tests/candle.rs`); `docs/candle.md` has the
 //! campaign and the findings.
 
 pub mod growing;
-pub mod interleaved;
 pub mod rotating;
 
 use candle_core::Tensor;

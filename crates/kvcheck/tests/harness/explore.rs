@@ -177,37 +177,20 @@ fn plain(name: &str, capabilities: Capabilities) -> Factory {
 
 #[test]
 fn a_correct_append_only_or_read_then_trim_cache_reaches_what_it_can() {
-    use kvcheck::subject::domain::{ConfigLimits, Rewrites};
-    use kvcheck::subject::{Domain, Feature};
-    let appends_only = Capabilities {
-        variants: vec![kvcheck::Variant::Dense],
-        ops: vec![OpKind::Write, OpKind::Reset],
-        features: vec![Feature::Growth],
-        domain: Some(Domain {
-            rewrites: Rewrites::None,
-            gaps: false,
-            malformed: false,
-            configs: Box::new(ConfigLimits {
-                max_sink: Some(0),
-                growth: Some(true),
-                ..ConfigLimits::default()
-            }),
-            ..Domain::default()
-        }),
-        ..Capabilities::full()
-    };
+    let appends_only = super::one_call::grows_only();
     let growing = Config {
         growth: true,
         ..Config::dense(2)
     };
-    let report = Explorer::new(&growing, plain("appends-only", appends_only).into())
-        .depth(3)
-        .assert_no_discovery();
-    assert!(
-        report.missing_events().is_empty(),
-        "{:?}",
-        report.missing_events()
-    );
+    let explored = |config: &Config, name: &str, capabilities: Capabilities| {
+        let report = Explorer::new(config, plain(name, capabilities).into())
+            .depth(3)
+            .assert_no_discovery();
+        let missing = report.missing_events();
+        assert!(missing.is_empty(), "{name}: {missing:?}");
+        report
+    };
+    explored(&growing, "appends-only", appends_only);
     // A sink cache that trims after the read (attention sinks): no window,
     // growth or pins, and no chunk refused for room.
     let sinks = Capabilities {
@@ -221,14 +204,7 @@ fn a_correct_append_only_or_read_then_trim_cache_reaches_what_it_can() {
         trim: kvcheck::Trim::AfterRead,
         ..sink_config(4, 1)
     };
-    let report = Explorer::new(&config, plain("sinks", sinks).into())
-        .depth(3)
-        .assert_no_discovery();
-    assert!(
-        report.missing_events().is_empty(),
-        "{:?}",
-        report.missing_events()
-    );
+    let report = explored(&config, "sinks", sinks);
     assert!(
         !report.required.iter().any(|e| e.contains("pin")),
         "{:?}",

@@ -148,8 +148,8 @@ fn a_panic_is_a_minimized_divergence_replayed_by_the_test() {
 }
 
 /// A cache that only appends and grows, with no sink: candle-nn's
-/// `KvCache`, say.
-fn grows_only() -> Capabilities {
+/// `KvCache`, say (the explorer's tests declare it too).
+pub(crate) fn grows_only() -> Capabilities {
     Capabilities {
         variants: vec![Variant::Dense],
         ops: vec![OpKind::Write, OpKind::Reset],
