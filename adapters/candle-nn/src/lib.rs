@@ -13,13 +13,16 @@
 //! - [`growing`]: `KvCache`, `ConcatKvCache`, `InterleavedKvCache` and
 //!   `RawInterleavedKvCache`, which keep every row and grow (the
 //!   contract's `growth` without a sink; the interleaved ones for one
-//!   sequence, K and V side by side per head).
+//!   sequence, K and V side by side per head);
+//! - [`scattered`]: `ScatteredKvCache` and its builder, a ring per batch
+//!   entry, drawn as the sliding window is.
 //!
 //! `kvcheck::check` runs them (`tests/candle.rs`); `docs/candle.md` has the
 //! campaign and the findings.
 
 pub mod growing;
 pub mod rotating;
+pub mod scattered;
 
 use candle_core::Tensor;
 use kvcache::View;

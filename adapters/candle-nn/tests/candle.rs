@@ -11,7 +11,7 @@
 use kvcheck::engine::oracle::Oracle;
 use kvcheck::subject::Factory;
 use kvcheck::{check, CheckFailure, CheckSettings};
-use kvcheck_candle_nn::{growing, rotating};
+use kvcheck_candle_nn::{growing, rotating, scattered};
 
 fn settings() -> CheckSettings {
     CheckSettings::from_env().expect("the KVCHECK_* knobs parse")
@@ -84,6 +84,21 @@ fn rotating_kv_cache_against_itself() {
                 patched(),
                 "0.11.1 lets a long prefill's queries see W + 1 keys"
             );
+        }
+        Err(failure) => {
+            println!("{failure}");
+            assert!(!patched(), "{failure}");
+        }
+    }
+}
+
+/// The scattered cache against the model: chunks up to the context.
+#[test]
+fn scattered_kv_cache_against_the_model() {
+    match check(scattered::factory(), &settings()) {
+        Ok(checked) => {
+            println!("{checked}");
+            assert!(patched(), "0.11.1 stores no chunk of the context's length");
         }
         Err(failure) => {
             println!("{failure}");

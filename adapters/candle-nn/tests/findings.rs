@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use kvcheck::engine::check::replay;
 use kvcheck::subject::Factory;
 use kvcheck::CheckSettings;
-use kvcheck_candle_nn::rotating;
+use kvcheck_candle_nn::{rotating, scattered};
 
 fn finding(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -35,4 +35,9 @@ fn positions_at_the_window_label_rotated_rows() {
 #[test]
 fn a_long_prefill_lets_the_newest_query_see_one_key_too_many() {
     replays(rotating::long_prefill(), "rotating-mask-window-plus-one");
+}
+
+#[test]
+fn a_chunk_of_the_context_is_not_stored() {
+    replays(scattered::factory(), "scattered-long-chunk-not-stored");
 }
