@@ -240,13 +240,10 @@ pub fn print_tables(report: &RunReport) -> Result<(), CliError> {
     let mut all = Coverage::default();
     for p in &report.profiles {
         let rate = p.ops as f64 / p.busy_s.max(1e-9);
-        let missing = p.missing();
         let missing = if p.cases == 0 {
             "(not run)".to_string()
-        } else if missing.is_empty() {
-            "-".to_string()
         } else {
-            missing.join(" ")
+            p.missing_note().unwrap_or_else(|| "-".to_string())
         };
         println!(
             "{:<12} {:<7} {:>8} {:>10} {:>10.0} {:>11}  {missing}",

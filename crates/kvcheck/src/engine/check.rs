@@ -193,12 +193,10 @@ impl fmt::Display for Checked {
         )?;
         let mut all = crate::check::coverage::Coverage::default();
         for p in &self.report.profiles {
-            let missing = p.missing();
-            let missing = if missing.is_empty() {
-                String::new()
-            } else {
-                format!("  never reached: {}", missing.join(" "))
-            };
+            let missing = p
+                .missing_note()
+                .map(|note| format!("  never reached: {note}"))
+                .unwrap_or_default();
             writeln!(
                 f,
                 "  {:<12} {:>6} cases {:>8} ops{missing}",

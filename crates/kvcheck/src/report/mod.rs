@@ -168,6 +168,25 @@ impl ProfileReport {
             .cloned()
             .collect()
     }
+
+    /// The missing events in words, with why where the subject is the
+    /// reason: `reset (12 of 12 cases cut outside the domain)` says the
+    /// cases ended at an *outside* answer before reaching them, not that
+    /// the strategy is weak. `None` when nothing is missing.
+    pub fn missing_note(&self) -> Option<String> {
+        let missing = self.missing();
+        if missing.is_empty() {
+            return None;
+        }
+        let mut note = missing.join(" ");
+        if self.domain.cuts > 0 {
+            note.push_str(&format!(
+                " ({} of {} cases cut outside the domain)",
+                self.domain.cuts, self.cases
+            ));
+        }
+        Some(note)
+    }
 }
 
 /// What `kvcheck explore` explored.
@@ -358,5 +377,35 @@ impl Report {
             Report::Explore(_) => "explore",
             Report::Power(_) => "power",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_event_names_the_cut_cases_when_there_are_some() {
+        let mut row = ProfileReport {
+            name: "growth".into(),
+            cache: "dense".into(),
+            cases: 12,
+            ops: 30,
+            busy_s: 0.1,
+            divergences: 0,
+            required: vec!["append".into(), "reset".into()],
+            coverage: Coverage::default(),
+            judged: Vec::new(),
+            domain: DomainTally::default(),
+        };
+        row.coverage.hit("append");
+        assert_eq!(row.missing_note().as_deref(), Some("reset"));
+        row.domain.cuts = 12;
+        assert_eq!(
+            row.missing_note().as_deref(),
+            Some("reset (12 of 12 cases cut outside the domain)")
+        );
+        row.coverage.hit("reset");
+        assert_eq!(row.missing_note(), None);
     }
 }

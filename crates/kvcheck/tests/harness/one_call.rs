@@ -201,3 +201,29 @@ fn a_cache_that_only_grows_is_drawn_inside_what_it_declares() {
     .expect("the suites pass a correct growing cache");
     assert!(!suites.ran.is_empty(), "{suites}");
 }
+
+#[test]
+fn a_read_then_trim_cache_passes_the_campaign_and_the_suites() {
+    // Attention sinks of the StreamingLLM kind: dense, no window, growth
+    // or pins, the whole chunk read before the trim.
+    let sinks = || Capabilities {
+        variants: vec![Variant::Dense],
+        ops: vec![OpKind::Write, OpKind::Reset],
+        features: Vec::new(),
+        trims: vec![kvcheck::Trim::AfterRead],
+        ..Capabilities::full()
+    };
+    let checked = check(plain("sinks", sinks(), false), &settings("sinks"))
+        .expect("a correct read-then-trim cache passes");
+    assert!(checked.ops() > 0, "{checked}");
+    let suites = check_subject(
+        &plain("sinks", sinks(), false).into(),
+        &SuiteSettings {
+            cases: 24,
+            failures_dir: failures("sinks-suites"),
+            ..SuiteSettings::default()
+        },
+    )
+    .expect("the suites pass a correct read-then-trim cache");
+    assert!(!suites.ran.is_empty(), "{suites}");
+}
