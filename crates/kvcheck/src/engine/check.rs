@@ -28,6 +28,7 @@ use crate::engine::oracle::Oracle;
 use crate::engine::replay::replay_with;
 use crate::engine::run::{select_profiles, ReplayCommand, Run, RunError};
 use crate::engine::scale::Campaign;
+use crate::report::findings::findings_table;
 use crate::report::shard::Shard;
 use crate::report::{RunReport, REPORT_FORMAT};
 use crate::settings::{SettingError, Settings};
@@ -71,6 +72,10 @@ pub struct CheckSettings {
     /// A saved trace to replay alone in place of the campaign
     /// (`KVCHECK_REPLAY`, [`REPLAY_VAR`]).
     pub replay: Option<PathBuf>,
+    /// Triage mode (`--keep-going`): every divergence recorded until the
+    /// budget is spent, one of each signature minimized and saved, and
+    /// the failure lists them all.
+    pub keep_going: bool,
 }
 
 impl Default for CheckSettings {
@@ -106,7 +111,14 @@ impl CheckSettings {
             max_outside: 0.05,
             failures: settings.failures_dir.clone(),
             replay: settings.replay.clone(),
+            keep_going: false,
         }
+    }
+
+    /// Keeps going past the first divergence (triage mode).
+    pub fn keep_going(mut self) -> CheckSettings {
+        self.keep_going = true;
+        self
     }
 
     /// Runs `cases` cases per profile (within the time budget).
@@ -311,7 +323,7 @@ pub(crate) fn check(factory: Factory, settings: &CheckSettings) -> Result<Checke
             subject: subject.clone(),
             oracle: settings.oracle.clone(),
         },
-        keep_going: false,
+        keep_going: settings.keep_going,
         max_tests: settings.max_tests,
         min_judged: settings.min_judged,
         failures: settings.failures.clone(),
@@ -331,6 +343,26 @@ pub(crate) fn check(factory: Factory, settings: &CheckSettings) -> Result<Checke
 
 /// The verdict on a finished run.
 fn judge(checked: Checked, settings: &CheckSettings) -> Result<Checked, CheckFailure> {
+    let findings = &checked.report.findings;
+    if !findings.is_empty() {
+        // Triage mode: every distinct finding, each with its own line.
+        let mut report = findings_table(findings);
+        let replay = test_replay();
+        for finding in findings {
+            if let Some(path) = finding.minimized_trace.as_ref().or(finding.trace.as_ref()) {
+                report.push_str(&format!("reproduce: {}\n", replay.of(Path::new(path))));
+            }
+        }
+        let first = &findings[0];
+        return Err(CheckFailure::Diverged {
+            report,
+            trace: first
+                .minimized_trace
+                .clone()
+                .or_else(|| first.trace.clone()),
+            checked: Box::new(checked),
+        });
+    }
     if let Some(divergence) = &checked.report.divergence {
         return Err(CheckFailure::Diverged {
             report: divergence.report.clone(),

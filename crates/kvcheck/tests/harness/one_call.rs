@@ -227,3 +227,18 @@ fn a_read_then_trim_cache_passes_the_campaign_and_the_suites() {
     .expect("the suites pass a correct read-then-trim cache");
     assert!(!suites.ran.is_empty(), "{suites}");
 }
+
+#[test]
+fn keeping_going_lists_each_finding_with_its_replay_line() {
+    let settings = settings("keep-going").keep_going();
+    let failure = check(plain("panics", Capabilities::full(), true), &settings).unwrap_err();
+    let CheckFailure::Diverged { report, trace, .. } = &failure else {
+        panic!("expected findings, got {failure}");
+    };
+    assert!(report.contains("panic"), "{report}");
+    assert!(
+        report.contains(&format!("reproduce: {REPLAY_VAR}=")),
+        "{report}"
+    );
+    assert!(trace.is_some(), "{report}");
+}
