@@ -106,7 +106,8 @@ fn strategies_draw_only_supported_configs_and_ops() {
             "multi-head",
             "batch2",
             "packed",
-            "pipeline"
+            "pipeline",
+            "decode"
         ]
     );
 }
