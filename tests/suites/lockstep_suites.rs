@@ -66,13 +66,18 @@ fn packed() {
     suite("packed");
 }
 
+#[test]
+fn decode() {
+    suite("decode");
+}
+
 /// The `RingCache` (`cache:ring`) through the suite of every profile its
 /// capabilities allow: every dense one (packed is skipped).
 #[test]
 fn ring_every_dense_profile() {
     let settings = SuiteSettings::from_env().unwrap_or_else(|e| panic!("{e}"));
     let report = check_subject(&SubjectSpec::Ring, &settings).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(report.ran.len(), 9, "{report}");
+    assert_eq!(report.ran.len(), 10, "{report}");
     assert_eq!(report.skipped.len(), 1, "{report}");
 }
 
