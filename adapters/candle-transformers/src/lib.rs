@@ -202,6 +202,7 @@ pub fn front_door(name: &str, build: Build) -> Factory {
         let weights = VarMap::new();
         let vb = VarBuilder::from_varmap(&weights, DType::F32, device);
         let (cached, vocab) = build(config, vb.clone())?;
+        fixed_weights(&weights)?;
         let (fresh, _) = build(config, vb)?;
         Ok(Box::new(FrontDoor {
             config: config.clone(),
@@ -213,4 +214,26 @@ pub fn front_door(name: &str, build: Build) -> Factory {
             device: device.clone(),
         }))
     })
+}
+
+/// Replaces every weight of `weights` with values fixed by its name, so
+/// that a trace replays on the same model run after run (the variables'
+/// own initialization draws from an unseeded generator): uniform in
+/// ±0.25, from a hash of the name and the index.
+fn fixed_weights(weights: &VarMap) -> candle_core::Result<()> {
+    let data = weights.data().lock().unwrap_or_else(|e| e.into_inner());
+    for (name, var) in data.iter() {
+        let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        let values: Vec<f32> = (0..var.elem_count() as u64)
+            .map(|i| {
+                let h = (seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                    .wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
+            })
+            .collect();
+        var.set(&Tensor::from_vec(values, var.shape(), var.device())?)?;
+    }
+    Ok(())
 }

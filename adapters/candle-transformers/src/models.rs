@@ -1,9 +1,9 @@
 //! The model families driven at the front door, each tiny (2 layers,
 //! hidden size 32, a vocabulary of 64) with random weights.
 
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Activation, VarBuilder};
-use candle_transformers::models::mistral;
+use candle_transformers::models::{llama, mistral, qwen2};
 use kvcheck::subject::Factory;
 use kvmodel::Config;
 
@@ -45,4 +45,95 @@ pub fn mistral() -> Factory {
             Ok((model, VOCAB as u32))
         },
     )
+}
+
+impl Decoder for qwen2::ModelForCausalLM {
+    fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        qwen2::ModelForCausalLM::forward(self, input_ids, seqlen_offset)
+    }
+
+    fn clear_kv_cache(&mut self) {
+        qwen2::ModelForCausalLM::clear_kv_cache(self)
+    }
+}
+
+/// Qwen2 with a sliding window of the config's capacity on every layer.
+pub fn qwen2() -> Factory {
+    front_door(
+        "candle-transformers:qwen2",
+        |config: &Config, vb: VarBuilder| {
+            let cfg = qwen2::Config {
+                vocab_size: VOCAB,
+                hidden_size: 32,
+                intermediate_size: 64,
+                num_hidden_layers: 2,
+                num_attention_heads: 4,
+                num_key_value_heads: 2,
+                max_position_embeddings: 512,
+                sliding_window: config.capacity,
+                max_window_layers: 2,
+                tie_word_embeddings: true,
+                rope_theta: 10_000.,
+                rms_norm_eps: 1e-5,
+                use_sliding_window: true,
+                hidden_act: Activation::Silu,
+            };
+            let model: Box<dyn Decoder> = Box::new(qwen2::ModelForCausalLM::new(&cfg, vb)?);
+            Ok((model, VOCAB as u32))
+        },
+    )
+}
+
+/// Llama and the cache object it is driven with (`llama::Cache`), which
+/// a new conversation replaces.
+struct Llama {
+    model: llama::Llama,
+    cache: llama::Cache,
+    config: llama::Config,
+    device: Device,
+}
+
+impl Decoder for Llama {
+    fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+        self.model
+            .forward(input_ids, seqlen_offset, &mut self.cache)
+    }
+
+    fn clear_kv_cache(&mut self) {
+        if let Ok(cache) = llama::Cache::new(true, DType::F32, &self.config, &self.device) {
+            self.cache = cache;
+        }
+    }
+}
+
+/// Llama (no sliding window) with its own `Cache`.
+pub fn llama() -> Factory {
+    front_door("candle-transformers:llama", |_: &Config, vb: VarBuilder| {
+        let cfg = llama::Config {
+            hidden_size: 32,
+            intermediate_size: 64,
+            vocab_size: VOCAB,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            use_flash_attn: false,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10_000.,
+            bos_token_id: None,
+            eos_token_id: None,
+            rope_scaling: None,
+            max_position_embeddings: 512,
+            tie_word_embeddings: false,
+        };
+        let device = vb.device().clone();
+        let model = llama::Llama::load(vb, &cfg)?;
+        let cache = llama::Cache::new(true, DType::F32, &cfg, &device)?;
+        let model: Box<dyn Decoder> = Box::new(Llama {
+            model,
+            cache,
+            config: cfg,
+            device,
+        });
+        Ok((model, VOCAB as u32))
+    })
 }

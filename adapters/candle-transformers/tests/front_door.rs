@@ -27,3 +27,23 @@ fn mistral_decoding_past_the_window_departs_from_the_recompute() {
         "{report}"
     );
 }
+
+/// Qwen2's sliding window, as Mistral's.
+#[test]
+fn qwen2_decoding_past_the_window_departs_from_the_recompute() {
+    let failure = check(models::qwen2(), &settings()).unwrap_err();
+    println!("{failure}");
+    assert!(
+        failure
+            .to_string()
+            .contains("differ from the model's recompute without its cache"),
+        "{failure}"
+    );
+}
+
+/// Llama, without a sliding window, keeps to its recompute.
+#[test]
+fn llama_keeps_to_its_recompute() {
+    let checked = check(models::llama(), &settings()).unwrap();
+    println!("{checked}");
+}
