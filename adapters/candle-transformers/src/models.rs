@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Activation, VarBuilder};
-use candle_transformers::models::{llama, mistral, qwen2};
+use candle_transformers::models::{gemma2, llama, mistral, phi3, qwen2, qwen3};
 use kvcheck::subject::Factory;
 use kvmodel::Config;
 
@@ -136,4 +136,107 @@ pub fn llama() -> Factory {
         });
         Ok((model, VOCAB as u32))
     })
+}
+
+/// `Decoder` for a model type whose inherent `forward(input, offset)` and
+/// `clear_kv_cache()` are the front door.
+macro_rules! decoder {
+    ($model:ty) => {
+        impl Decoder for $model {
+            fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+                <$model>::forward(self, input_ids, seqlen_offset)
+            }
+
+            fn clear_kv_cache(&mut self) {
+                <$model>::clear_kv_cache(self)
+            }
+        }
+    };
+}
+
+decoder!(qwen3::ModelForCausalLM);
+decoder!(phi3::Model);
+decoder!(gemma2::Model);
+
+/// Qwen3 without a sliding window (0.11.1 refuses one: "sliding window is
+/// not supported").
+pub fn qwen3() -> Factory {
+    front_door("candle-transformers:qwen3", |_: &Config, vb: VarBuilder| {
+        let cfg = qwen3::Config {
+            vocab_size: VOCAB,
+            hidden_size: 32,
+            intermediate_size: 64,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            head_dim: 8,
+            attention_bias: false,
+            num_key_value_heads: 2,
+            max_position_embeddings: 512,
+            sliding_window: None,
+            max_window_layers: 2,
+            tie_word_embeddings: true,
+            rope_theta: 10_000.,
+            rms_norm_eps: 1e-5,
+            use_sliding_window: false,
+            hidden_act: Activation::Silu,
+        };
+        let model: Box<dyn Decoder> = Box::new(qwen3::ModelForCausalLM::new(&cfg, vb)?);
+        Ok((model, VOCAB as u32))
+    })
+}
+
+/// Phi-3 (no sliding window).
+pub fn phi3() -> Factory {
+    front_door("candle-transformers:phi3", |_: &Config, vb: VarBuilder| {
+        let cfg = phi3::Config {
+            vocab_size: VOCAB,
+            hidden_act: Activation::Silu,
+            hidden_size: 32,
+            intermediate_size: 64,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10_000.,
+            bos_token_id: None,
+            eos_token_id: None,
+            rope_scaling: None,
+            max_position_embeddings: 512,
+            original_max_position_embeddings: None,
+            partial_rotary_factor: None,
+            tie_word_embeddings: false,
+        };
+        let model: Box<dyn Decoder> = Box::new(phi3::Model::new(&cfg, vb)?);
+        Ok((model, VOCAB as u32))
+    })
+}
+
+/// Gemma 2, its `sliding_window` the config's capacity (the model's own
+/// comment: "TODO: Handle the sliding window in the attention mask").
+pub fn gemma2() -> Factory {
+    front_door(
+        "candle-transformers:gemma2",
+        |config: &Config, vb: VarBuilder| {
+            let cfg = gemma2::Config {
+                attention_bias: false,
+                head_dim: 8,
+                hidden_activation: Activation::GeluPytorchTanh,
+                hidden_size: 32,
+                intermediate_size: 64,
+                num_attention_heads: 4,
+                num_hidden_layers: 2,
+                num_key_value_heads: 2,
+                rms_norm_eps: 1e-6,
+                rope_theta: 10_000.,
+                vocab_size: VOCAB,
+                final_logit_softcapping: Some(30.),
+                attn_logit_softcapping: Some(50.),
+                query_pre_attn_scalar: 8,
+                sliding_window: Some(config.capacity),
+                max_position_embeddings: 512,
+            };
+            let model: Box<dyn Decoder> = Box::new(gemma2::Model::new(false, &cfg, vb)?);
+            Ok((model, VOCAB as u32))
+        },
+    )
 }
