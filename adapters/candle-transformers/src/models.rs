@@ -11,14 +11,20 @@ use crate::{front_door, Decoder};
 
 const VOCAB: usize = 64;
 
-impl Decoder for mistral::Model {
-    fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
-        mistral::Model::forward(self, input_ids, seqlen_offset)
-    }
+/// `Decoder` for a model type whose inherent `forward(input, offset)` and
+/// `clear_kv_cache()` are the front door.
+macro_rules! decoder {
+    ($model:ty) => {
+        impl Decoder for $model {
+            fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
+                <$model>::forward(self, input_ids, seqlen_offset)
+            }
 
-    fn clear_kv_cache(&mut self) {
-        mistral::Model::clear_kv_cache(self)
-    }
+            fn clear_kv_cache(&mut self) {
+                <$model>::clear_kv_cache(self)
+            }
+        }
+    };
 }
 
 /// Mistral with a sliding window of the config's capacity.
@@ -45,16 +51,6 @@ pub fn mistral() -> Factory {
             Ok((model, VOCAB as u32))
         },
     )
-}
-
-impl Decoder for qwen2::ModelForCausalLM {
-    fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
-        qwen2::ModelForCausalLM::forward(self, input_ids, seqlen_offset)
-    }
-
-    fn clear_kv_cache(&mut self) {
-        qwen2::ModelForCausalLM::clear_kv_cache(self)
-    }
 }
 
 /// Qwen2 with a sliding window of the config's capacity on every layer.
@@ -138,22 +134,8 @@ pub fn llama() -> Factory {
     })
 }
 
-/// `Decoder` for a model type whose inherent `forward(input, offset)` and
-/// `clear_kv_cache()` are the front door.
-macro_rules! decoder {
-    ($model:ty) => {
-        impl Decoder for $model {
-            fn forward(&mut self, input_ids: &Tensor, seqlen_offset: usize) -> Result<Tensor> {
-                <$model>::forward(self, input_ids, seqlen_offset)
-            }
-
-            fn clear_kv_cache(&mut self) {
-                <$model>::clear_kv_cache(self)
-            }
-        }
-    };
-}
-
+decoder!(mistral::Model);
+decoder!(qwen2::ModelForCausalLM);
 decoder!(qwen3::ModelForCausalLM);
 decoder!(phi3::Model);
 decoder!(gemma2::Model);

@@ -12,6 +12,23 @@ fn settings() -> CheckSettings {
         .profile("growth")
 }
 
+/// A family that keeps to its recompute.
+fn keeps(factory: kvcheck::subject::Factory) {
+    println!("{}", check(factory, &settings()).unwrap());
+}
+
+/// A family that departs from its recompute (past its sliding window).
+fn departs(factory: kvcheck::subject::Factory) {
+    let failure = check(factory, &settings()).unwrap_err();
+    println!("{failure}");
+    assert!(
+        failure
+            .to_string()
+            .contains("differ from the model's recompute without its cache"),
+        "{failure}"
+    );
+}
+
 fn patched() -> bool {
     std::env::var("CANDLE_TRANSFORMERS_PATCHED").is_ok_and(|v| v == "1")
 }
@@ -45,35 +62,25 @@ fn mistral_decoding_past_the_window_departs_from_the_recompute() {
 /// Qwen2's sliding window, as Mistral's.
 #[test]
 fn qwen2_decoding_past_the_window_departs_from_the_recompute() {
-    let failure = check(models::qwen2(), &settings()).unwrap_err();
-    println!("{failure}");
-    assert!(
-        failure
-            .to_string()
-            .contains("differ from the model's recompute without its cache"),
-        "{failure}"
-    );
+    departs(models::qwen2());
 }
 
 /// Llama, without a sliding window, keeps to its recompute.
 #[test]
 fn llama_keeps_to_its_recompute() {
-    let checked = check(models::llama(), &settings()).unwrap();
-    println!("{checked}");
+    keeps(models::llama());
 }
 
 /// Qwen3, no sliding window (0.11.1 refuses one).
 #[test]
 fn qwen3_keeps_to_its_recompute() {
-    let checked = check(models::qwen3(), &settings()).unwrap();
-    println!("{checked}");
+    keeps(models::qwen3());
 }
 
 /// Phi-3, no sliding window.
 #[test]
 fn phi3_keeps_to_its_recompute() {
-    let checked = check(models::phi3(), &settings()).unwrap();
-    println!("{checked}");
+    keeps(models::phi3());
 }
 
 /// Gemma 2, whose sliding window the model leaves unhandled on the decode
@@ -81,12 +88,5 @@ fn phi3_keeps_to_its_recompute() {
 /// attention mask"): it departs from its recompute as Mistral does.
 #[test]
 fn gemma2_decoding_past_the_window_departs_from_the_recompute() {
-    let failure = check(models::gemma2(), &settings()).unwrap_err();
-    println!("{failure}");
-    assert!(
-        failure
-            .to_string()
-            .contains("differ from the model's recompute without its cache"),
-        "{failure}"
-    );
+    departs(models::gemma2());
 }
