@@ -20,6 +20,7 @@ use kvcheck::Variant;
 use kvmodel::{Config, Write};
 
 pub mod models;
+pub mod quantized;
 
 /// The largest difference of a logit the recompute allows (float32 on the
 /// CPU: an incremental forward and a whole one agree to about 1e-6).
@@ -73,6 +74,26 @@ pub struct FrontDoor {
 }
 
 impl FrontDoor {
+    /// A front door driving `cached` and judging it by `fresh`, two
+    /// models of one set of weights with a vocabulary of `vocab`.
+    pub(crate) fn new(
+        config: &Config,
+        cached: Box<dyn Decoder>,
+        fresh: Box<dyn Decoder>,
+        vocab: u32,
+        device: &Device,
+    ) -> Self {
+        FrontDoor {
+            config: config.clone(),
+            cached,
+            fresh,
+            tokens: Vec::new(),
+            vocab,
+            index: 0,
+            device: device.clone(),
+        }
+    }
+
     /// The token of `position` written by op `index`: fixed by both, so a
     /// trace replays the same sequence.
     fn token(&self, position: usize) -> u32 {
@@ -204,15 +225,9 @@ pub fn front_door(name: &str, build: Build) -> Factory {
         let (cached, vocab) = build(config, vb.clone())?;
         fixed_weights(&weights)?;
         let (fresh, _) = build(config, vb)?;
-        Ok(Box::new(FrontDoor {
-            config: config.clone(),
-            cached,
-            fresh,
-            tokens: Vec::new(),
-            vocab,
-            index: 0,
-            device: device.clone(),
-        }))
+        Ok(Box::new(FrontDoor::new(
+            config, cached, fresh, vocab, device,
+        )))
     })
 }
 
@@ -223,17 +238,23 @@ pub fn front_door(name: &str, build: Build) -> Factory {
 fn fixed_weights(weights: &VarMap) -> candle_core::Result<()> {
     let data = weights.data().lock().unwrap_or_else(|e| e.into_inner());
     for (name, var) in data.iter() {
-        let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-        let values: Vec<f32> = (0..var.elem_count() as u64)
-            .map(|i| {
-                let h = (seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                    .wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
-            })
-            .collect();
+        let values = fixed_values(name, var.elem_count());
         var.set(&Tensor::from_vec(values, var.shape(), var.device())?)?;
     }
     Ok(())
+}
+
+/// `n` values fixed by `name`: uniform in ±0.25, from a hash of the name
+/// and the index.
+pub(crate) fn fixed_values(name: &str, n: usize) -> Vec<f32> {
+    let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..n as u64)
+        .map(|i| {
+            let h =
+                (seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
+        })
+        .collect()
 }

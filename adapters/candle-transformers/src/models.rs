@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Activation, VarBuilder};
-use candle_transformers::models::{gemma2, llama, mistral, phi3, qwen2, qwen3};
+use candle_transformers::models::{gemma2, gemma3, llama, mistral, phi3, qwen2, qwen3};
 use kvcheck::subject::Factory;
 use kvmodel::Config;
 
@@ -139,6 +139,7 @@ decoder!(qwen2::ModelForCausalLM);
 decoder!(qwen3::ModelForCausalLM);
 decoder!(phi3::Model);
 decoder!(gemma2::Model);
+decoder!(gemma3::Model);
 
 /// Qwen3 without a sliding window (0.11.1 refuses one: "sliding window is
 /// not supported").
@@ -221,4 +222,49 @@ pub fn gemma2() -> Factory {
             Ok((model, VOCAB as u32))
         },
     )
+}
+
+/// Gemma 3 as Gemma 3 1B is shaped: one KV head, layer 0 slides over a
+/// window of the config's capacity (candle-nn's `RotatingKvCache` of that
+/// size), layer 1 is global (`sliding_window_pattern` 2).
+pub fn gemma3() -> Factory {
+    front_door("candle-transformers:gemma3", |config, vb| {
+        gemma3_with(config, vb, 1)
+    })
+}
+
+/// Gemma 3 with two KV heads, as the 4B, 12B and 27B models have several.
+pub fn gemma3_kv2() -> Factory {
+    front_door("candle-transformers:gemma3-kv2", |config, vb| {
+        gemma3_with(config, vb, 2)
+    })
+}
+
+fn gemma3_with(
+    config: &Config,
+    vb: VarBuilder,
+    kv_heads: usize,
+) -> Result<(Box<dyn Decoder>, u32)> {
+    let cfg = gemma3::Config {
+        attention_bias: false,
+        head_dim: 8,
+        hidden_activation: Activation::GeluPytorchTanh,
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_attention_heads: 4,
+        num_hidden_layers: 2,
+        num_key_value_heads: kv_heads,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.,
+        rope_local_base_freq: 10_000.,
+        vocab_size: VOCAB,
+        final_logit_softcapping: None,
+        attn_logit_softcapping: None,
+        query_pre_attn_scalar: 8,
+        sliding_window: config.capacity,
+        sliding_window_pattern: 2,
+        max_position_embeddings: 512,
+    };
+    let model: Box<dyn Decoder> = Box::new(gemma3::Model::new(false, &cfg, vb)?);
+    Ok((model, VOCAB as u32))
 }
