@@ -55,7 +55,7 @@ pub mod subject;
 pub use check::divergence::{Divergence, DivergenceKind};
 pub use check::lockstep::{Lockstep, SetupError};
 pub use check::trace::Trace;
-pub use engine::check::{CheckFailure, CheckSettings, Checked};
+pub use engine::check::{CheckFailure, CheckSettings, CheckSettingsError, Checked};
 pub use engine::explore::Explorer;
 pub use subject::{Capabilities, SubjectSpec};
 

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::check::trace::{Trace, TraceError};
-use crate::engine::oracle::Oracle;
+use crate::engine::oracle::{Oracle, OracleEnvError};
 use crate::engine::replay::replay_with;
 use crate::engine::run::{select_profiles, ReplayCommand, Run, RunError};
 use crate::engine::scale::Campaign;
@@ -82,26 +82,44 @@ impl Default for CheckSettings {
     /// The defaults of the knobs (`settings::KNOBS`), a 60 s cap and at
     /// most 5 % of the drawn ops outside.
     fn default() -> CheckSettings {
-        CheckSettings::from_settings(&Settings::default())
+        CheckSettings::with_oracle(&Settings::default(), Oracle::model())
     }
+}
+
+/// A knob of the environment that [`CheckSettings::from_env`] could not
+/// take, naming the variable.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CheckSettingsError {
+    /// A knob does not parse.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// `KVCHECK_ORACLE` names no oracle.
+    #[error(transparent)]
+    Oracle(#[from] OracleEnvError),
 }
 
 impl CheckSettings {
     /// The knobs of the environment (`KVCHECK_CASES` cases per profile,
     /// `KVCHECK_SEED`, `KVCHECK_JOBS`, `KVCHECK_MAX_TESTS`,
-    /// `KVCHECK_STRICT_DOMAIN`, …); a knob that does not parse is an error
-    /// naming it.
-    pub fn from_env() -> Result<CheckSettings, SettingError> {
-        Ok(CheckSettings::from_settings(&Settings::from_env()?))
+    /// `KVCHECK_STRICT_DOMAIN`, `KVCHECK_ORACLE`, …); a knob that does not
+    /// parse is an error naming it.
+    pub fn from_env() -> Result<CheckSettings, CheckSettingsError> {
+        Ok(CheckSettings::from_settings(&Settings::from_env()?)?)
     }
 
-    /// The settings' knobs, as [`CheckSettings::from_env`] reads them.
-    pub fn from_settings(settings: &Settings) -> CheckSettings {
+    /// The settings' knobs, as [`CheckSettings::from_env`] reads them: the
+    /// oracle is the one `settings.oracle` names, else the model.
+    pub fn from_settings(settings: &Settings) -> Result<CheckSettings, OracleEnvError> {
+        let oracle = Oracle::configured(settings)?.unwrap_or_else(Oracle::model);
+        Ok(CheckSettings::with_oracle(settings, oracle))
+    }
+
+    fn with_oracle(settings: &Settings, oracle: Oracle) -> CheckSettings {
         CheckSettings {
             time: Duration::from_secs(60),
             cases: Some(u64::from(settings.cases)),
             profiles: Vec::new(),
-            oracle: Oracle::model(),
+            oracle,
             seed: settings.seed,
             max_ops: settings.max_ops,
             jobs: settings.workers(),
@@ -233,7 +251,7 @@ impl fmt::Display for Checked {
 pub enum CheckFailure {
     /// A knob of the environment does not parse.
     #[error(transparent)]
-    Settings(#[from] SettingError),
+    Settings(#[from] CheckSettingsError),
     /// The run could not start or finish (no profile the cache opens, a
     /// profile whose cases cannot be drawn).
     #[error(transparent)]

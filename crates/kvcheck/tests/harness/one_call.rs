@@ -242,3 +242,25 @@ fn keeping_going_lists_each_finding_with_its_replay_line() {
     );
     assert!(trace.is_some(), "{report}");
 }
+
+/// `KVCHECK_ORACLE` reaches the one call as it reaches `kvcheck run`, and
+/// a value that names no oracle is an error naming the variable.
+#[test]
+fn the_oracle_knob_is_the_one_calls_oracle() {
+    let mut knobs = kvcheck::settings::Settings::default();
+    knobs.oracle = Some("self".into());
+    let settings = CheckSettings::from_settings(&knobs).unwrap();
+    assert_eq!(
+        settings.oracle.describe(),
+        kvcheck::engine::oracle::Oracle::parse("self")
+            .unwrap()
+            .describe()
+    );
+    assert_ne!(
+        settings.oracle.describe(),
+        CheckSettings::default().oracle.describe()
+    );
+    knobs.oracle = Some("no-such-oracle".into());
+    let error = CheckSettings::from_settings(&knobs).unwrap_err();
+    assert!(error.to_string().starts_with("KVCHECK_ORACLE:"), "{error}");
+}
