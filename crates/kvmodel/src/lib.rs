@@ -9,7 +9,9 @@
 //! - [`Op`] / [`Write`] (docs/contract.md §3, docs/kvtrace.md `ops`),
 //! - [`Outcome`], [`Effect`], [`ErrorKind`] (docs/contract.md §3, docs/kvtrace.md `expect`),
 //! - [`CacheError`], the typed error with the numbers that explain it,
-//! - [`quant`], the scalar reference quantizer of docs/contract.md §6.
+//! - [`quant`], the scalar reference quantizer of docs/contract.md §6,
+//! - [`prefix`], the reference model of prefix caches (docs/contract.md
+//!   Part II): block pools shared by requests through their token prefixes.
 //!
 //! ```
 //! use kvmodel::{Config, Model, Op, Write};
@@ -29,6 +31,7 @@ pub mod error;
 pub mod model;
 pub mod op;
 pub mod outcome;
+pub mod prefix;
 pub mod quant;
 
 pub use config::{Config, Dtype, PackedPolicy, Quant, Trim, Variant, MAX_ELEMENTS};
