@@ -7,6 +7,21 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{Activation, VarBuilder, VarMap};
 use candle_transformers::models::mistral::{Config, Model};
 
+/// `n` values fixed by `name` (uniform in ±0.25), so that every run prints
+/// the same numbers.
+fn fixed_values(name: &str, n: usize) -> Vec<f32> {
+    let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..n as u64)
+        .map(|i| {
+            let h =
+                (seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
+        })
+        .collect()
+}
+
 fn main() -> candle_core::Result<()> {
     let device = Device::Cpu;
     let cfg = Config {
@@ -24,14 +39,14 @@ fn main() -> candle_core::Result<()> {
         sliding_window: Some(2),
         use_flash_attn: false,
     };
-    // Two models sharing one set of weights (fixed values, for a stable
-    // printout): one decodes with its cache, one recomputes.
+    // Two models sharing one set of weights, fixed by their names so that
+    // every run prints the same numbers: one decodes with its cache, one
+    // recomputes.
     let weights = VarMap::new();
     let vb = VarBuilder::from_varmap(&weights, DType::F32, &device);
     let mut cached = Model::new(&cfg, vb.clone())?;
-    for (i, var) in weights.all_vars().iter().enumerate() {
-        let n = var.elem_count();
-        let values: Vec<f32> = (0..n).map(|j| ((i * 7919 + j * 104_729) % 1000) as f32 / 2000.0 - 0.25).collect();
+    for (name, var) in weights.data().lock().unwrap().iter() {
+        let values = fixed_values(name, var.elem_count());
         var.set(&Tensor::from_vec(values, var.shape(), &device)?)?;
     }
     let mut fresh = Model::new(&cfg, vb)?;
