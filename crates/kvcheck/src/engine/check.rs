@@ -30,7 +30,7 @@ use crate::engine::run::{select_profiles, ReplayCommand, Run, RunError};
 use crate::engine::scale::Campaign;
 use crate::report::findings::findings_table;
 use crate::report::shard::Shard;
-use crate::report::{RunReport, REPORT_FORMAT};
+use crate::report::RunReport;
 use crate::settings::{SettingError, Settings};
 use crate::subject::{Factory, SubjectSpec};
 
@@ -435,20 +435,7 @@ pub fn replay(
         return Err(CheckFailure::Replayed { path, failure });
     }
     Ok(Checked {
-        report: RunReport {
-            format: REPORT_FORMAT.to_string(),
-            seed: 0,
-            max_ops: trace.ops.len(),
-            subject: subject.label(),
-            shards: vec![Shard::ALL],
-            profiles: Vec::new(),
-            elapsed_s: 0.0,
-            divergences: Vec::new(),
-            divergence: None,
-            findings: Vec::new(),
-            min_judged: 0,
-            warnings: Vec::new(),
-        },
+        report: RunReport::empty(subject.label(), 0, trace.ops.len(), Shard::ALL),
         skipped: Vec::new(),
         replayed: Some(path),
     })

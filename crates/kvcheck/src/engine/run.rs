@@ -18,7 +18,7 @@ use crate::engine::oracle::{Judged, Oracle};
 use crate::engine::scale::{Campaign, CampaignError, CampaignOutcome, Found};
 use crate::engine::strategy::{profile_support, required_events, PROFILES};
 use crate::engine::triage;
-use crate::report::{DivergenceReport, ProfileReport, RelationJudged, RunReport, REPORT_FORMAT};
+use crate::report::{DivergenceReport, ProfileReport, RelationJudged, RunReport};
 use crate::subject::{Capabilities, SubjectSpec};
 use kvmodel::{Config, Variant};
 
@@ -214,18 +214,18 @@ impl Run {
         );
         divergences.extend(findings.iter().filter_map(|f| f.minimized_trace.clone()));
         let mut report = RunReport {
-            format: REPORT_FORMAT.to_string(),
-            seed: campaign.seed,
-            max_ops: campaign.max_ops,
-            subject: campaign.subject.name(&Config::dense(1)),
-            shards: vec![campaign.shard],
             profiles: self.profile_rows(&outcome, diverged, &capabilities),
             elapsed_s: outcome.elapsed.as_secs_f64(),
             divergences,
             divergence,
             findings,
             min_judged: self.min_judged,
-            warnings: Vec::new(),
+            ..RunReport::empty(
+                campaign.subject.name(&Config::dense(1)),
+                campaign.seed,
+                campaign.max_ops,
+                campaign.shard,
+            )
         };
         report.warnings = report.domain().warning().into_iter().collect();
         Ok(report)

@@ -133,6 +133,25 @@ pub fn merge_judged(total: &mut Vec<RelationJudged>, rows: &[RelationJudged]) {
 }
 
 impl RunReport {
+    /// The report of a run of `subject` that has checked nothing yet: no
+    /// profile, no divergence, no warning.
+    pub fn empty(subject: String, seed: u64, max_ops: usize, shard: Shard) -> RunReport {
+        RunReport {
+            format: REPORT_FORMAT.to_string(),
+            seed,
+            max_ops,
+            subject,
+            shards: vec![shard],
+            profiles: Vec::new(),
+            elapsed_s: 0.0,
+            divergences: Vec::new(),
+            divergence: None,
+            findings: Vec::new(),
+            min_judged: 0,
+            warnings: Vec::new(),
+        }
+    }
+
     /// Ops judged over every profile.
     pub fn judged(&self) -> u64 {
         self.profiles.iter().map(|p| p.ops).sum()

@@ -247,8 +247,10 @@ fn keeping_going_lists_each_finding_with_its_replay_line() {
 /// a value that names no oracle is an error naming the variable.
 #[test]
 fn the_oracle_knob_is_the_one_calls_oracle() {
-    let mut knobs = kvcheck::settings::Settings::default();
-    knobs.oracle = Some("self".into());
+    let mut knobs = kvcheck::settings::Settings {
+        oracle: Some("self".into()),
+        ..Default::default()
+    };
     let settings = CheckSettings::from_settings(&knobs).unwrap();
     assert_eq!(
         settings.oracle.describe(),
