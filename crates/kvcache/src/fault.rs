@@ -22,12 +22,14 @@
 
 mod base;
 mod cache;
+mod paged;
 mod rows;
 mod view;
 mod write;
 
 pub use base::{FaultBase, UnknownFaultBase};
 pub use cache::FaultyCache;
+pub use paged::{FaultyPagedCache, PrefixFault};
 
 use kvmodel::{Quant, Variant};
 

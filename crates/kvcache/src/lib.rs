@@ -14,9 +14,18 @@
 //! - [`PackedCache`]: per-chunk storage whose cold chunks are kept as int8 /
 //!   int4 codes with one f32 scale per row (docs/contract.md §6).
 //!
-//! Both refuse what the contract refuses, with the same [`ErrorKind`] as the
-//! reference model in `kvmodel`, and leave their state untouched when they
-//! do. The `kvcheck` harness proves that, op by op.
+//! And one prefix cache (docs/contract.md Part II) behind its own trait,
+//! [`PrefixCache`]:
+//!
+//! - [`PagedCache`]: a `[L, N·B, D]` block pool, block tables, a prefix
+//!   index that compares tokens, reference counts, the LRU of §14, copy
+//!   on write and merging, in lockstep with `kvmodel::prefix::PrefixModel`.
+//!
+//! Each refuses what the contract refuses, with the same error kind as the
+//! reference model in `kvmodel` ([`ErrorKind`], or the prefix family's
+//! `PrefixError`), and leaves its state untouched when it does. The
+//! `kvcheck` harness proves that op by op for the streaming caches, and the
+//! lockstep suite of `tests/caches/paged.rs` for the prefix cache.
 //!
 //! [`ErrorKind`]: kvmodel::ErrorKind
 
@@ -31,6 +40,7 @@ pub mod dense;
 #[cfg(feature = "faults")]
 pub mod fault;
 pub mod packed;
+pub mod paged;
 pub mod path;
 pub mod quant;
 mod ranges;
@@ -39,6 +49,7 @@ pub mod segments;
 
 pub use dense::DenseCache;
 pub use packed::PackedCache;
+pub use paged::{PagedCache, PrefixCache, PrefixCacheError};
 pub use path::{Path, UnknownPath};
 pub use ring::RingCache;
 pub use segments::{Segment, SegmentedView, Segments};

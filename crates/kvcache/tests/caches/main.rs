@@ -8,6 +8,10 @@ mod answers;
 mod attention;
 mod dense;
 mod packed;
+mod paged;
+#[cfg(feature = "faults")]
+mod paged_faults;
+mod paged_props;
 mod quant;
 mod ring;
 #[path = "../vector_config/mod.rs"]
