@@ -21,7 +21,9 @@
 //!   the property suites ([`engine::suite`], run case by case by [`engine::case`]), the
 //!   campaign of `kvcheck run` ([`engine::scale`]), the [`Explorer`], the
 //!   fuzz bodies, [`engine::minimize`], [`engine::replay`],
-//!   [`engine::explain`] and [`engine::power`]. [`engine::oracle`] and
+//!   [`engine::explain`] and [`engine::power`]; [`engine::prefix`] is the
+//!   prefix-cache family's lockstep, replay and minimizer (docs/contract.md
+//!   Part II). [`engine::oracle`] and
 //!   [`engine::relation`] say what a step is compared with: the model by
 //!   default, the relations of the contract's §9 (the subject against its
 //!   own transformed runs, no model), or another subject (differential);

@@ -205,6 +205,23 @@ pub enum CliError {
         /// Why.
         source: SaveError,
     },
+    /// A prefix-family trace could not be read (the message names the
+    /// file and the problem).
+    #[error(transparent)]
+    PrefixTrace(kvcheck::engine::prefix::PrefixLoadError),
+    /// `minimize` of a prefix trace: it does not fail, or the cache could
+    /// not be built.
+    #[error("{}: {why}", .file.display())]
+    PrefixMinimize {
+        /// The trace file.
+        file: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A prefix trace given to a subject other than the shipped paged
+    /// cache.
+    #[error("{0}")]
+    PrefixSubject(String),
     /// `merge`: a report could not be read, or the reports do not merge.
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -316,6 +333,9 @@ impl CliError {
             | CliError::NotChecked { .. }
             | CliError::Minimize { .. }
             | CliError::Save { .. }
+            | CliError::PrefixTrace(_)
+            | CliError::PrefixMinimize { .. }
+            | CliError::PrefixSubject(_)
             | CliError::Report(_)
             | CliError::WriteReport(_)
             | CliError::Campaign(_) => EXIT_INPUT,

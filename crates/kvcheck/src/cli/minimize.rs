@@ -22,6 +22,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
+    if super::prefix::is_prefix_file(&args.file) {
+        return super::prefix::minimize_file(
+            &args.file,
+            &args.subject.spec(),
+            args.output.as_deref(),
+            args.max_tests.unwrap_or(settings.max_tests),
+        );
+    }
     let mut trace = super::load_trace(&args.file)?;
     let subject = args.subject.spec();
     super::announce(&subject);

@@ -12,6 +12,7 @@ mod minimize;
 #[cfg(feature = "arbitrary")]
 mod power;
 mod power_table;
+mod prefix;
 mod replay;
 mod run;
 mod save;

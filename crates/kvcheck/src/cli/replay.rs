@@ -45,6 +45,17 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let (mut passed, mut failed, mut unreadable, mut skipped, mut cut) = (0, 0, 0, 0, 0);
     let mut json_results = Vec::new();
     for file in &files {
+        if super::prefix::is_prefix_file(file) {
+            let spec = args.subject.spec();
+            let out = args.json.then_some(&mut json_results);
+            match super::prefix::replay_file(file, &spec, args.model_only, args.quiet, out) {
+                super::prefix::Verdict::Passed => passed += 1,
+                super::prefix::Verdict::Failed => failed += 1,
+                super::prefix::Verdict::Skipped => skipped += 1,
+                super::prefix::Verdict::Unreadable => unreadable += 1,
+            }
+            continue;
+        }
         let mut trace = match Trace::load(file) {
             Ok(trace) => trace,
             Err(e) => {

@@ -9,6 +9,8 @@
 //! compared with is the [`oracle`]: the model, the [`relation`]s of
 //! docs/contract.md §9 and the [`invariant`]s of one run, or another
 //! subject.
+//! [`prefix`] is the prefix-cache family (docs/contract.md Part II): its
+//! lockstep on a `kvcache::PrefixCache`, replay and minimizer.
 
 pub mod case;
 pub mod check;
@@ -20,6 +22,7 @@ pub mod invariant;
 pub mod minimize;
 pub mod oracle;
 pub mod power;
+pub mod prefix;
 pub mod relation;
 pub mod replay;
 pub mod run;

@@ -16,6 +16,7 @@ mod layers;
 mod minimize;
 mod one_call;
 mod power_scale;
+mod prefix;
 mod relations;
 mod reproduce;
 mod scale;
