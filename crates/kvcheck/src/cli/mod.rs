@@ -13,6 +13,7 @@ mod minimize;
 mod power;
 mod power_table;
 mod prefix;
+mod prefix_cmd;
 mod replay;
 mod run;
 mod save;
@@ -100,6 +101,11 @@ enum Command {
         after_help = "Examples:\n  kvcheck power --engine explore\n  kvcheck power --engine all --time 10 --jobs 8\n  kvcheck power --cache ring --engine explore\n  kvcheck power --fault roll-one-short --engine fuzz --time 30 --json -\n  kvcheck power --seed 1 --shard 2/4 --json power-2.json\n\nThe fuzz column runs `cargo fuzz run fault_lockstep` per fault (from the repository root, cargo-fuzz installed) and is skipped with a message otherwise.\nThe last row is the correct cache alone (the control row): any divergence there is a false positive.\nExit status: 0 every fault caught by some engine and the control row clean, 1 a fault escaped every engine or a false positive, 2 bad arguments."
     )]
     Power(power::Args),
+    /// The prefix-cache family (docs/contract.md Part II): campaigns and replays on a prefix subject.
+    #[command(
+        after_help = "Examples:\n  kvcheck prefix run --time 30\n  kvcheck prefix run --subject fault:trust-weak-hash\n  kvcheck prefix run --subject exec:'python3 adapters/reference_prefix_subject.py' --time 20\n  kvcheck prefix replay failure.kvtrace.json --subject exec:'python3 adapters/reference_prefix_subject.py'\n\n`kvcheck replay` and `kvcheck minimize` also take prefix traces, on the shipped paged cache."
+    )]
+    Prefix(prefix_cmd::Args),
 }
 
 impl Command {
@@ -114,7 +120,7 @@ impl Command {
             Command::Explain(args) => Some(&mut args.subject),
             #[cfg(feature = "arbitrary")]
             Command::FromFuzz(args) => Some(&mut args.subject),
-            Command::Merge(_) | Command::Expect(_) | Command::Serve(_) => None,
+            Command::Merge(_) | Command::Expect(_) | Command::Serve(_) | Command::Prefix(_) => None,
             #[cfg(feature = "arbitrary")]
             Command::Power(_) => None,
         }
@@ -149,6 +155,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::FromFuzz(args) => from_fuzz::run(args, &settings),
         #[cfg(feature = "arbitrary")]
         Command::Power(args) => power::run(args, &settings),
+        Command::Prefix(args) => prefix_cmd::run(args, &settings),
     }
 }
 

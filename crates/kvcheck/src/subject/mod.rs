@@ -38,8 +38,9 @@ mod shipped;
 pub use capabilities::{Capabilities, Feature, OpKind, Reports, Unsupported};
 pub use domain::{Domain, Excluded, Latest};
 pub use exec::{
-    parse_timeout, tensor_bytes, tensor_from_bytes, ExecCache, ExecCommandError, ExecSubject,
-    Hello, InvalidTimeout, SubjectFailure, PROTOCOL, STARTUP_TIMEOUT, STDERR_LINES,
+    parse_timeout, tensor_bytes, tensor_from_bytes, ExecCache, ExecCommandError, ExecPrefixCache,
+    ExecPrefixSubject, ExecSubject, Hello, InvalidTimeout, SubjectFailure, PREFIX_REVISION,
+    PROTOCOL, STARTUP_TIMEOUT, STDERR_LINES,
 };
 pub use factory::{parse_kind, register, Factory, Kind, KindArgs, OpenFn};
 pub use faults::Fault;

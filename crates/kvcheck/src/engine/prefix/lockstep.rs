@@ -3,10 +3,11 @@
 
 use std::fmt;
 
-use kvcache::{PrefixCache, PrefixCacheError};
 use kvmodel::prefix::{
     check_rows, PrefixError, PrefixErrorKind, PrefixModel, PrefixOp, PrefixOutcome,
 };
+
+use super::subject::{PrefixFailure, PrefixSubjectCache};
 
 /// What a prefix divergence is about, from the coarsest to the finest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -22,6 +23,15 @@ pub enum PrefixDivergenceKind {
     /// A running request reads back rows that are not its own prefix's
     /// payload (§16), or its read is refused when it should not be.
     Rows,
+    /// An invariant of docs/contract.md §17 is broken (the judge of a
+    /// subject with its own policy); the divergence's `expected` names it.
+    Invariant,
+    /// The subject failed to answer: an exception of its library, a crash,
+    /// a timeout, a broken protocol line.
+    Subject,
+    /// The subject answered that the op lies outside its domain: not a
+    /// failure, the case is cut before the op.
+    Outside,
 }
 
 impl PrefixDivergenceKind {
@@ -33,6 +43,9 @@ impl PrefixDivergenceKind {
             PrefixDivergenceKind::Audit => "audit",
             PrefixDivergenceKind::Counts => "counts",
             PrefixDivergenceKind::Rows => "rows",
+            PrefixDivergenceKind::Invariant => "invariant",
+            PrefixDivergenceKind::Subject => "subject",
+            PrefixDivergenceKind::Outside => "outside",
         }
     }
 }
@@ -66,6 +79,14 @@ pub struct PrefixDivergence {
     pub class: &'static str,
 }
 
+/// The model's answer as a report shows it.
+fn show_model(expected: &Result<kvmodel::prefix::PrefixEffect, PrefixError>) -> String {
+    match expected {
+        Ok(effect) => effect.to_string(),
+        Err(error) => format!("err {error}"),
+    }
+}
+
 /// `ok` for an effect, the kind's snake_case name for a refusal: what an
 /// [`PrefixDivergenceKind::Expect`] failure keeps while it is minimized.
 pub fn outcome_class(outcome: &PrefixOutcome) -> &'static str {
@@ -91,7 +112,7 @@ impl fmt::Display for PrefixDivergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = match self.kind {
             PrefixDivergenceKind::Expect => "",
-            _ => " on paged",
+            _ => "",
         };
         writeln!(
             f,
@@ -111,7 +132,7 @@ impl fmt::Display for PrefixDivergence {
 /// every running request of the model reads back, bit for bit, the payload
 /// of its own computed prefix (a preempted one is refused `preempted`);
 /// this holds after every op, a refused op included.
-pub struct PrefixLockstep<C: PrefixCache> {
+pub struct PrefixLockstep<C: PrefixSubjectCache> {
     /// The reference model.
     pub model: PrefixModel,
     /// The cache checked.
@@ -119,7 +140,7 @@ pub struct PrefixLockstep<C: PrefixCache> {
     step: usize,
 }
 
-impl<C: PrefixCache> PrefixLockstep<C> {
+impl<C: PrefixSubjectCache> PrefixLockstep<C> {
     /// The cache and a fresh model of its config; the model's refusal of
     /// the config when it has one.
     pub fn new(cache: C) -> Result<PrefixLockstep<C>, PrefixError> {
@@ -152,30 +173,27 @@ impl<C: PrefixCache> PrefixLockstep<C> {
             actual,
         };
         let actual = self.cache.apply(index, op);
+        if let Err(failure @ (PrefixFailure::Outside(_) | PrefixFailure::Subject(_))) = &actual {
+            let kind = match failure {
+                PrefixFailure::Outside(_) => PrefixDivergenceKind::Outside,
+                _ => PrefixDivergenceKind::Subject,
+            };
+            return Err(at(kind, show_model(&expected), failure.to_string()));
+        }
         let agree = match (&expected, &actual) {
             (Ok(e), Ok(a)) => e == a,
-            (Err(e), Err(PrefixCacheError::Contract(a))) => e == a,
+            (Err(e), Err(a)) => a.agrees_with(e),
             _ => false,
         };
         if !agree {
-            let show = |r: Result<String, String>| match r {
-                Ok(effect) => effect,
-                Err(error) => format!("err {error}"),
+            let actual = match &actual {
+                Ok(effect) => effect.to_string(),
+                Err(failure) => failure.to_string(),
             };
             return Err(at(
                 PrefixDivergenceKind::Outcome,
-                show(
-                    expected
-                        .as_ref()
-                        .map(|e| e.to_string())
-                        .map_err(|e| e.to_string()),
-                ),
-                show(
-                    actual
-                        .as_ref()
-                        .map(|e| e.to_string())
-                        .map_err(|e| e.to_string()),
-                ),
+                show_model(&expected),
+                actual,
             ));
         }
         if let Err(e) = self.cache.audit() {
@@ -194,15 +212,18 @@ impl<C: PrefixCache> PrefixLockstep<C> {
         }
         let config = self.model.config().clone();
         for (id, r) in self.model.requests() {
-            let read = self.cache.read_values(id);
+            let read = self.cache.probe(id);
             if r.is_preempted() {
-                if read.as_ref().err().and_then(PrefixCacheError::kind)
+                if read.as_ref().err().and_then(PrefixFailure::kind)
                     != Some(PrefixErrorKind::Preempted)
                 {
                     return Err(at(
                         PrefixDivergenceKind::Rows,
                         format!("a read of preempted r{id} is refused preempted"),
-                        format!("{:?}", read.map(|rows| rows.len())),
+                        match read {
+                            Ok(rows) => format!("{} values read", rows.len()),
+                            Err(failure) => failure.to_string(),
+                        },
                     ));
                 }
                 continue;

@@ -6,6 +6,7 @@
 use kvcache::{PrefixCache, PrefixCacheError};
 use kvmodel::prefix::{PrefixConfig, PrefixOp, PrefixOutcome, PrefixTrace, PrefixTraceError};
 
+use super::drive::Driven;
 use super::lockstep::{PrefixDivergence, PrefixDivergenceKind, PrefixLockstep};
 
 /// A minimized prefix trace and how it was obtained.
@@ -35,6 +36,9 @@ pub enum PrefixMinimizeError {
     /// The cache could not be built.
     #[error("the cache: {0}")]
     Cache(#[from] PrefixCacheError),
+    /// The subject could not be opened or driven.
+    #[error("the subject: {0}")]
+    Subject(String),
     /// The trace does not fail: nothing to keep.
     #[error("the trace does not fail: every op agrees, with the model and with expect")]
     Passes,
@@ -48,53 +52,101 @@ struct Item {
     expect: Option<PrefixOutcome>,
 }
 
-struct Search<'a, C> {
-    config: &'a PrefixConfig,
-    make: &'a dyn Fn(&PrefixConfig) -> Result<C, PrefixCacheError>,
+/// Runs a candidate on a fresh subject: its first divergence, and the
+/// ops as the driver ran them (a `whole` subject's computes are the
+/// driver's), whose first `step + 1` a kept candidate becomes.
+type Runner<'a> =
+    dyn FnMut(&[Item]) -> Result<Option<(PrefixDivergence, Vec<Item>)>, PrefixMinimizeError> + 'a;
+
+struct Search<'a> {
+    run: &'a mut Runner<'a>,
     target: PrefixDivergence,
     tests: usize,
     max_tests: usize,
+    /// The size of the smallest failing candidate so far: a candidate is
+    /// kept only when the ops run are smaller still, since a driver that
+    /// adds its own computes can hand back what it was given.
+    best: (usize, usize, u64),
 }
 
-impl<C: PrefixCache> Search<'_, C> {
-    /// The first divergence of `items` on a fresh cache, `expect` checked
-    /// only where an item has one.
-    fn run(&self, items: &[Item]) -> Result<Option<PrefixDivergence>, PrefixCacheError> {
-        let cache = (self.make)(self.config)?;
-        let mut lockstep = PrefixLockstep::new(cache)?;
-        for (i, item) in items.iter().enumerate() {
-            let outcome = match lockstep.step(i as u64, &item.op) {
-                Ok(outcome) => outcome,
-                Err(divergence) => return Ok(Some(divergence)),
-            };
-            if let Some(expected) = item.expect.as_ref().filter(|e| **e != outcome) {
-                return Ok(Some(PrefixDivergence {
-                    step: i,
-                    op: item.op.to_string(),
-                    op_name: item.op.name(),
-                    kind: PrefixDivergenceKind::Expect,
-                    expected: expected.to_string(),
-                    actual: format!("{outcome} (the model's outcome)"),
-                    class: super::lockstep::outcome_class(&outcome),
-                }));
-            }
-        }
-        Ok(None)
-    }
+/// Ops, then tokens, then the counts' magnitudes: what shrinking lowers.
+fn size(items: &[Item]) -> (usize, usize, u64) {
+    let tokens = items
+        .iter()
+        .filter_map(|i| tokens(&i.op))
+        .map(<[_]>::len)
+        .sum();
+    let counts = items
+        .iter()
+        .filter_map(|i| count(&i.op))
+        .map(i64::unsigned_abs)
+        .sum();
+    (items.len(), tokens, counts)
+}
 
-    /// Whether `candidate` still fails the same way; on success it is cut
-    /// after its failing op. `false` once the budget is spent.
+impl Search<'_> {
+    /// Whether `candidate` still fails the same way; on success it becomes
+    /// the ops run, cut after the failing one. `false` once the budget is
+    /// spent.
     fn keeps(&mut self, candidate: &mut Vec<Item>) -> bool {
         if self.tests >= self.max_tests {
             return false;
         }
         self.tests += 1;
-        match self.run(candidate) {
-            Ok(Some(d)) if d.same_failure(&self.target) => {
-                candidate.truncate(d.step + 1);
+        match (self.run)(candidate) {
+            Ok(Some((d, mut ran))) if d.same_failure(&self.target) => {
+                ran.truncate(d.step + 1);
+                if size(&ran) >= self.best {
+                    return false;
+                }
+                self.best = size(&ran);
+                *candidate = ran;
                 true
             }
             _ => false,
+        }
+    }
+}
+
+/// The first divergence of `items` on a fresh cache from `make`, `expect`
+/// checked only where an item has one.
+fn run_lockstep<C: PrefixCache>(
+    config: &PrefixConfig,
+    make: &dyn Fn(&PrefixConfig) -> Result<C, PrefixCacheError>,
+    items: &[Item],
+) -> Result<Option<(PrefixDivergence, Vec<Item>)>, PrefixMinimizeError> {
+    let cache = make(config)?;
+    let mut lockstep = PrefixLockstep::new(cache).map_err(PrefixCacheError::from)?;
+    for (i, item) in items.iter().enumerate() {
+        let outcome = match lockstep.step(i as u64, &item.op) {
+            Ok(outcome) => outcome,
+            Err(divergence) => return Ok(Some((divergence, items.to_vec()))),
+        };
+        if let Some(expected) = item.expect.as_ref().filter(|e| **e != outcome) {
+            let divergence = PrefixDivergence {
+                step: i,
+                op: item.op.to_string(),
+                op_name: item.op.name(),
+                kind: PrefixDivergenceKind::Expect,
+                expected: expected.to_string(),
+                actual: format!("{outcome} (the model's outcome)"),
+                class: super::lockstep::outcome_class(&outcome),
+            };
+            return Ok(Some((divergence, items.to_vec())));
+        }
+    }
+    Ok(None)
+}
+
+/// The delta-debugging passes over `items`, until none changes them or the
+/// budget is spent; the tests run.
+fn shrink(search: &mut Search<'_>, items: &mut Vec<Item>) {
+    loop {
+        let changed = drop_chunks(search, items)
+            | shorten_tokens(search, items)
+            | lower_counts(search, items);
+        if !changed || search.tests >= search.max_tests {
+            return;
         }
     }
 }
@@ -119,14 +171,8 @@ pub fn minimize<C: PrefixCache>(
             expect: trace.expect.as_ref().map(|e| e[i].clone()),
         })
         .collect();
-    let probe = Search {
-        config: &trace.config,
-        make,
-        target: placeholder(),
-        tests: 1,
-        max_tests,
-    };
-    let target = probe.run(&full)?.ok_or(PrefixMinimizeError::Passes)?;
+    let mut run = |items: &[Item]| run_lockstep(&trace.config, make, items);
+    let (target, _) = run(&full)?.ok_or(PrefixMinimizeError::Passes)?;
     // Only the op whose expectation failed keeps one: every other op may
     // change its outcome as ops around it go.
     let mut items: Vec<Item> = full[..=target.step]
@@ -140,18 +186,18 @@ pub fn minimize<C: PrefixCache>(
                 .filter(|_| target.kind == PrefixDivergenceKind::Expect && i == target.step),
         })
         .collect();
-    let mut search = Search { target, ..probe };
-    loop {
-        let changed = drop_chunks(&mut search, &mut items)
-            | shorten_tokens(&mut search, &mut items)
-            | lower_counts(&mut search, &mut items);
-        if !changed || search.tests >= max_tests {
-            break;
-        }
-    }
+    let mut search = Search {
+        run: &mut run,
+        target,
+        tests: 1,
+        max_tests,
+        best: size(&items),
+    };
+    shrink(&mut search, &mut items);
+    let tests_run = search.tests;
     // Every kept candidate failed the same way on a fresh cache; a cache
     // that does not repeat itself is reported as a trace that passes.
-    let divergence = search.run(&items)?.ok_or(PrefixMinimizeError::Passes)?;
+    let (divergence, _) = run(&items)?.ok_or(PrefixMinimizeError::Passes)?;
     let mut out = PrefixTrace::new(
         trace.config.clone(),
         items.iter().map(|i| i.op.clone()).collect(),
@@ -175,24 +221,75 @@ pub fn minimize<C: PrefixCache>(
         after: out.ops.len(),
         trace: out,
         divergence,
-        tests_run: search.tests,
+        tests_run,
     })
 }
 
-fn placeholder() -> PrefixDivergence {
-    PrefixDivergence {
-        step: 0,
-        op: String::new(),
-        op_name: "",
-        kind: PrefixDivergenceKind::Expect,
-        expected: String::new(),
-        actual: String::new(),
-        class: "",
-    }
+/// Minimizes the failing case `ops` of a subject: `run` drives a
+/// candidate on a fresh cache of the subject (see
+/// [`super::drive::drive`]). The same guarantees as [`minimize`]; the
+/// result has no `expect` (a subject of its own policy has no model
+/// outcomes), and its ops are those the driver ran, so that it replays on
+/// any subject in a free order.
+pub fn minimize_driven(
+    config: &PrefixConfig,
+    ops: &[PrefixOp],
+    run: &mut dyn FnMut(&[PrefixOp]) -> Result<Driven, PrefixMinimizeError>,
+    max_tests: usize,
+) -> Result<PrefixMinimized, PrefixMinimizeError> {
+    let mut runner = |items: &[Item]| {
+        let ops: Vec<PrefixOp> = items.iter().map(|i| i.op.clone()).collect();
+        let driven = run(&ops)?;
+        Ok(driven.divergence.map(|d| {
+            let ran: Vec<Item> = driven
+                .executed
+                .into_iter()
+                .map(|op| Item { op, expect: None })
+                .collect();
+            (d, ran)
+        }))
+    };
+    let items: Vec<Item> = ops
+        .iter()
+        .map(|op| Item {
+            op: op.clone(),
+            expect: None,
+        })
+        .collect();
+    let (target, mut items) = runner(&items)?.ok_or(PrefixMinimizeError::Passes)?;
+    items.truncate(target.step + 1);
+    let mut search = Search {
+        run: &mut runner,
+        target,
+        tests: 1,
+        max_tests,
+        best: size(&items),
+    };
+    shrink(&mut search, &mut items);
+    let tests_run = search.tests;
+    let (divergence, ran) = runner(&items)?.ok_or(PrefixMinimizeError::Passes)?;
+    let mut trace = PrefixTrace::new(
+        config.clone(),
+        ran[..=divergence.step]
+            .iter()
+            .map(|i| i.op.clone())
+            .collect(),
+    );
+    trace.note = Some(format!(
+        "minimized by kvcheck: {} divergence at step {} ({})",
+        divergence.kind, divergence.step, divergence.op
+    ));
+    Ok(PrefixMinimized {
+        before: ops.len(),
+        after: trace.ops.len(),
+        trace,
+        divergence,
+        tests_run,
+    })
 }
 
 /// Delta debugging over the op list: removes chunks of halving size.
-fn drop_chunks<C: PrefixCache>(search: &mut Search<'_, C>, items: &mut Vec<Item>) -> bool {
+fn drop_chunks(search: &mut Search<'_>, items: &mut Vec<Item>) -> bool {
     let mut changed = false;
     let mut size = items.len().div_ceil(2).max(1);
     loop {
@@ -222,7 +319,7 @@ fn drop_chunks<C: PrefixCache>(search: &mut Search<'_, C>, items: &mut Vec<Item>
 }
 
 /// Removes single tokens of `start` and `extend` ops, last first.
-fn shorten_tokens<C: PrefixCache>(search: &mut Search<'_, C>, items: &mut Vec<Item>) -> bool {
+fn shorten_tokens(search: &mut Search<'_>, items: &mut Vec<Item>) -> bool {
     let mut changed = false;
     let mut i = 0;
     while i < items.len() {
@@ -251,7 +348,7 @@ fn shorten_tokens<C: PrefixCache>(search: &mut Search<'_, C>, items: &mut Vec<It
 
 /// Lowers the counts of `compute`, `rollback` and `evict`: to 0, 1, half,
 /// one less, the first value that keeps the failure.
-fn lower_counts<C: PrefixCache>(search: &mut Search<'_, C>, items: &mut Vec<Item>) -> bool {
+fn lower_counts(search: &mut Search<'_>, items: &mut Vec<Item>) -> bool {
     let mut changed = false;
     for i in 0..items.len() {
         if i >= items.len() {

@@ -17,10 +17,15 @@
 //! assert!(replay_on_paged(&trace).unwrap().divergence.is_none());
 //! ```
 
+pub mod campaign;
+pub mod drive;
 #[cfg(feature = "arbitrary")]
 pub mod fuzz;
+pub mod invariants;
 pub mod lockstep;
 pub mod minimize;
+pub mod strategy;
+pub mod subject;
 
 use std::path::{Path, PathBuf};
 

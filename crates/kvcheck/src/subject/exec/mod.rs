@@ -20,12 +20,14 @@
 mod cache;
 mod failure;
 mod pool;
+mod prefix;
 mod process;
 mod protocol;
 
 pub use cache::*;
 pub use failure::*;
 pub use pool::*;
+pub use prefix::{ExecPrefixCache, ExecPrefixSubject, PREFIX_REVISION};
 #[allow(unused_imports)]
 pub(crate) use process::*;
 pub use protocol::*;
