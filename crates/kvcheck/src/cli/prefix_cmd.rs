@@ -168,6 +168,20 @@ enum PrefixCommand {
         after_help = "Examples:\n  kvcheck prefix replay failure.kvtrace.json --subject exec:'python3 adapters/reference_prefix_subject.py'\n\nExit status: 0 every trace passed, 1 a failure, 2 an unreadable trace or a subject that cannot be set up."
     )]
     Replay(ReplayArgs),
+    /// Serve the paged cache (or one of its faults) as a prefix subject
+    /// process on stdin and stdout.
+    #[command(
+        after_help = "Examples:\n  kvcheck prefix run --subject exec:'kvcheck prefix serve --subject fault:trust-weak-hash' --judge invariants\n\nExit status: 0 at end of input or close, 2 an exec: subject given."
+    )]
+    Serve(ServeArgs),
+}
+
+/// `kvcheck prefix serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// `paged` or `fault:NAME`.
+    #[arg(long, default_value = "paged")]
+    subject: PrefixSubjectSpec,
 }
 
 /// `kvcheck prefix run`.
@@ -211,6 +225,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
     match args.command {
         PrefixCommand::Run(args) => run_campaign(args, settings),
         PrefixCommand::Replay(args) => replay(args, settings),
+        PrefixCommand::Serve(args) => super::prefix_serve::serve(&args.subject),
     }
 }
 

@@ -17,6 +17,7 @@ mod minimize;
 mod one_call;
 mod power_scale;
 mod prefix;
+mod prefix_subjects;
 mod relations;
 mod reproduce;
 mod scale;

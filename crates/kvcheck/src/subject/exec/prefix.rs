@@ -46,8 +46,10 @@ struct RawPrefixHello {
     name: Option<String>,
     #[serde(default)]
     family: Option<String>,
+    /// Read after `family`: a streaming subject's capabilities are not
+    /// this family's, and the error should say which family it is.
     #[serde(default)]
-    capabilities: Option<RawPrefixCapabilities>,
+    capabilities: Option<Value>,
 }
 
 fn capabilities(raw: Option<RawPrefixCapabilities>) -> Result<PrefixCapabilities, String> {
@@ -207,7 +209,13 @@ fn hello(process: &mut Process) -> Result<(String, PrefixCapabilities), SubjectF
         let problem = "its hello names no \"family\": \"prefix\": it is a streaming subject, and the prefix engines drive prefix caches".to_string();
         return Err(process.protocol(problem));
     }
-    match capabilities(raw.capabilities) {
+    let caps = raw
+        .capabilities
+        .map(serde_json::from_value::<RawPrefixCapabilities>)
+        .transpose()
+        .map_err(|e| e.to_string())
+        .and_then(capabilities);
+    match caps {
         Ok(caps) => Ok((raw.name.unwrap_or_default(), caps)),
         Err(problem) => Err(process.protocol(format!("malformed capabilities: {problem}"))),
     }
@@ -297,7 +305,7 @@ fn answer(
                     kind,
                     error: None,
                     message,
-                    counts: Some(counts_of(body)?),
+                    counts: counts_of(body).ok(),
                 }))
             })()
         } else if let Some(body) = response.get("exception") {

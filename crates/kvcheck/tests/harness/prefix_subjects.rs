@@ -1,0 +1,229 @@
+//! Prefix subjects in kvcheck's engines: `kvcheck prefix run`, `replay`
+//! and `serve`; the model and the invariants of docs/contract.md §17 as
+//! judges of the shipped paged cache (no false alarm) and of each planted
+//! fault (each caught and minimized), in process and over the protocol.
+
+use std::collections::BTreeSet;
+
+use kvcache::fault::PrefixFault;
+use kvcheck::engine::prefix::campaign::{self, PagedSubject, PrefixRunSettings, PrefixSubject};
+use kvcheck::engine::prefix::drive::Judge;
+use kvcheck::engine::prefix::invariants::Invariant;
+use kvcheck::engine::prefix::subject::Steps;
+use kvcheck::engine::prefix::PrefixDivergenceKind;
+
+use crate::cli_support::{kvcheck, path, python_missing, scratch};
+
+fn judges() -> [Judge; 2] {
+    [Judge::Model, Judge::Invariants(BTreeSet::new())]
+}
+
+fn settings(judge: Judge, cases: u64) -> PrefixRunSettings {
+    PrefixRunSettings {
+        seed: 1,
+        cases: Some(cases),
+        judge: Some(judge),
+        ..PrefixRunSettings::default()
+    }
+}
+
+#[test]
+fn both_judges_pass_the_paged_cache() {
+    for judge in judges() {
+        let mut subject = PagedSubject { fault: None };
+        let report = campaign::run(&mut subject, &settings(judge.clone(), 600), &mut |_| {});
+        assert!(report.failure.is_none(), "{judge:?}: {:?}", report.failure);
+        assert_eq!(report.cases, 600);
+        assert!(report.ops > 10_000, "{} ops", report.ops);
+    }
+}
+
+#[test]
+fn both_judges_catch_every_paged_fault_and_minimize_it() {
+    for fault in PrefixFault::ALL {
+        for judge in judges() {
+            let mut subject = PagedSubject { fault: Some(fault) };
+            let report = campaign::run(&mut subject, &settings(judge.clone(), 3_000), &mut |_| {});
+            let failure = report
+                .failure
+                .unwrap_or_else(|| panic!("{fault} escaped {judge:?}"));
+            let minimized = failure.minimized.expect("minimized");
+            assert!(minimized.after <= 10, "{fault}: {} ops", minimized.after);
+            assert!(minimized.divergence.same_failure(&failure.divergence));
+            if matches!(judge, Judge::Invariants(_)) {
+                assert_eq!(failure.divergence.kind, PrefixDivergenceKind::Invariant);
+            }
+            // The minimized trace fails on the fault and passes on the
+            // shipped cache, in a free order.
+            let trace = minimized.trace;
+            let again = subject
+                .drive(&trace.config, &judge, Steps::Free, &trace.ops)
+                .unwrap();
+            assert!(again.divergence.is_some(), "{fault}: the trace passes");
+            let clean = PagedSubject { fault: None }
+                .drive(&trace.config, &judge, Steps::Free, &trace.ops)
+                .unwrap();
+            assert!(clean.passed(), "{fault}: {:?}", clean.divergence);
+        }
+    }
+}
+
+#[test]
+fn a_waived_invariant_is_not_judged() {
+    // hit-stays-evictable breaks the accounting first (P1); waived, the
+    // same campaign goes on to a later invariant or none.
+    let waived = BTreeSet::from([Invariant::Accounting]);
+    let mut subject = PagedSubject {
+        fault: Some(PrefixFault::HitStaysEvictable),
+    };
+    let report = campaign::run(
+        &mut subject,
+        &settings(Judge::Invariants(waived), 300),
+        &mut |_| {},
+    );
+    if let Some(failure) = report.failure {
+        assert!(
+            !failure.divergence.expected.starts_with("P1"),
+            "{}",
+            failure.divergence
+        );
+    }
+}
+
+#[test]
+fn prefix_run_passes_paged_and_saves_a_fault_that_replays() {
+    let (code, out, err) = kvcheck(&["prefix", "run", "--cases", "150", "--seed", "2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("paged: 150 cases"), "{out}");
+    assert!(out.contains("no failure"), "{out}");
+
+    let dir = scratch("prefix-run-fault");
+    let out_dir = path(&dir, "failures");
+    let (code, out, err) = kvcheck(&[
+        "prefix",
+        "run",
+        "--subject",
+        "fault:trust-weak-hash",
+        "--judge",
+        "invariants",
+        "--cases",
+        "2000",
+        "--seed",
+        "1",
+        "--out",
+        &out_dir,
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("invariant divergence"), "{out}");
+    let saved = out
+        .lines()
+        .find_map(|l| l.strip_prefix("saved "))
+        .expect("a saved trace")
+        .to_string();
+    let (code, out, _) = kvcheck(&[
+        "prefix",
+        "replay",
+        &saved,
+        "--subject",
+        "fault:trust-weak-hash",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+    let (code, out, _) = kvcheck(&["prefix", "replay", &saved]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("PASS"), "{out}");
+    // Streaming replay reads the same file on the paged cache too.
+    let (code, out, err) = kvcheck(&["replay", &saved]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn an_exec_subject_speaks_the_prefix_family() {
+    let serve = |subject: &str| {
+        format!(
+            "exec:{} prefix serve --subject {subject}",
+            env!("CARGO_BIN_EXE_kvcheck")
+        )
+    };
+    let (code, out, err) = kvcheck(&[
+        "prefix",
+        "run",
+        "--subject",
+        &serve("paged"),
+        "--cases",
+        "120",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("kvcheck paged: 120 cases"), "{out}");
+    assert!(out.contains("judged by the model"), "{out}");
+    let dir = scratch("prefix-exec-fault");
+    let (code, out, err) = kvcheck(&[
+        "prefix",
+        "run",
+        "--subject",
+        &serve("fault:hit-stays-evictable"),
+        "--cases",
+        "500",
+        "--seed",
+        "1",
+        "--out",
+        &path(&dir, "failures"),
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("outcome divergence"), "{out}");
+}
+
+#[test]
+fn prefix_commands_refuse_bad_input_with_exit_two() {
+    let streaming = format!(
+        "exec:{} serve --subject cache",
+        env!("CARGO_BIN_EXE_kvcheck")
+    );
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["prefix", "run", "--subject", "bogus"],
+            "unknown prefix subject",
+        ),
+        (
+            &["prefix", "run", "--subject", "fault:nope"],
+            "unknown paged fault",
+        ),
+        (
+            &["prefix", "run", "--judge", "model", "--waive", "P5"],
+            "--waive applies",
+        ),
+        (&["prefix", "run", "--time=0"], "--time must be a positive"),
+        (
+            &["prefix", "run", "--subject", &streaming, "--cases", "1"],
+            "streaming subject",
+        ),
+    ];
+    for (args, message) in cases {
+        let (code, out, err) = kvcheck(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn the_python_reference_prefix_subject_agrees_with_the_model() {
+    if python_missing() {
+        return;
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let command = format!(
+        "exec:env PYTHONPATH={root}/python python3 {root}/adapters/reference_prefix_subject.py"
+    );
+    let (code, out, err) = kvcheck(&[
+        "prefix",
+        "run",
+        "--subject",
+        &command,
+        "--cases",
+        "200",
+        "--seed",
+        "3",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("200 cases"), "{out}");
+}
