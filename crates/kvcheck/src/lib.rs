@@ -89,3 +89,38 @@ pub use kvmodel::{
 pub fn check(factory: subject::Factory, settings: &CheckSettings) -> Result<Checked, CheckFailure> {
     engine::check::check(factory, settings)
 }
+
+/// Checks the prefix cache `factory` builds (docs/contract.md Part II), as
+/// [`check()`] does a streaming cache: a campaign of random cases judged
+/// by the model (a cache whose policy is the contract's) or by the
+/// invariants of §17 (`policy: Own`), the first failure minimized and
+/// saved with the line that reproduces it from the calling test. With
+/// `settings.replay` (`KVCHECK_REPLAY`) set to a prefix trace, only that
+/// trace is replayed. See [`engine::prefix::check`].
+///
+/// ```no_run
+/// use candle_core::Device;
+/// use kvcache::PagedCache;
+/// use kvcheck::engine::prefix::check::PrefixFactory;
+/// use kvcheck::engine::prefix::subject::PrefixCapabilities;
+/// use kvcheck::CheckSettings;
+///
+/// let factory = PrefixFactory {
+///     name: "paged".into(),
+///     capabilities: PrefixCapabilities::full(),
+///     make: |config: &kvmodel::prefix::PrefixConfig| {
+///         PagedCache::new(config, &Device::Cpu).map_err(|e| e.to_string())
+///     },
+/// };
+/// kvcheck::check_prefix(factory, &CheckSettings::from_env().unwrap()).unwrap();
+/// ```
+pub fn check_prefix<C, F>(
+    factory: engine::prefix::check::PrefixFactory<F>,
+    settings: &CheckSettings,
+) -> Result<engine::prefix::check::PrefixChecked, engine::prefix::check::PrefixCheckFailure>
+where
+    C: engine::prefix::subject::PrefixSubjectCache,
+    F: FnMut(&kvmodel::prefix::PrefixConfig) -> Result<C, String>,
+{
+    engine::prefix::check::check_prefix(factory, settings)
+}

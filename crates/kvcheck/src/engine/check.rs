@@ -443,7 +443,7 @@ pub fn replay(
 
 /// `KVCHECK_REPLAY=TRACE cargo test NAME`, `NAME` the test this thread
 /// runs (libtest names its threads after their tests).
-fn test_replay() -> ReplayCommand {
+pub(crate) fn test_replay() -> ReplayCommand {
     let after = match std::thread::current().name() {
         Some(name) if name != "main" => {
             format!(" cargo test {} -- --exact", shell_words::quote(name))
@@ -456,7 +456,7 @@ fn test_replay() -> ReplayCommand {
     }
 }
 
-fn clock_seed() -> u64 {
+pub(crate) fn clock_seed() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -227,3 +227,75 @@ fn the_python_reference_prefix_subject_agrees_with_the_model() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("200 cases"), "{out}");
 }
+
+/// The paged cache with `fault`, judged as a cache of `policy`.
+fn paged_factory(
+    policy: kvcheck::engine::prefix::subject::Policy,
+    fault: PrefixFault,
+) -> kvcheck::engine::prefix::check::PrefixFactory<
+    impl FnMut(&kvmodel::prefix::PrefixConfig) -> Result<kvcache::fault::FaultyPagedCache, String>,
+> {
+    use kvcheck::engine::prefix::subject::PrefixCapabilities;
+    kvcheck::engine::prefix::check::PrefixFactory {
+        name: format!("paged {fault}"),
+        capabilities: PrefixCapabilities {
+            policy,
+            ..PrefixCapabilities::full()
+        },
+        make: move |config: &kvmodel::prefix::PrefixConfig| {
+            kvcache::fault::FaultyPagedCache::new(config, &candle_core::Device::Cpu, fault)
+                .map_err(|e| e.to_string())
+        },
+    }
+}
+
+#[test]
+fn check_prefix_passes_the_paged_cache_under_either_policy() {
+    use kvcheck::engine::prefix::check::PrefixFactory;
+    use kvcheck::engine::prefix::subject::{Policy, PrefixCapabilities};
+    for policy in [Policy::Contract, Policy::Own] {
+        let factory = PrefixFactory {
+            name: "paged".into(),
+            capabilities: PrefixCapabilities {
+                policy,
+                ..PrefixCapabilities::full()
+            },
+            make: |config: &kvmodel::prefix::PrefixConfig| {
+                kvcache::PagedCache::new(config, &candle_core::Device::Cpu)
+                    .map_err(|e| e.to_string())
+            },
+        };
+        let settings = kvcheck::CheckSettings::default().cases(200).seed(5);
+        let checked = kvcheck::check_prefix(factory, &settings).unwrap();
+        let report = checked.report.unwrap();
+        assert_eq!(report.cases, 200, "{policy:?}");
+    }
+}
+
+#[test]
+fn check_prefix_fails_a_fault_saves_it_and_replays_it_alone() {
+    use kvcheck::engine::prefix::subject::Policy;
+    let dir = scratch("check-prefix-fault");
+    let mut settings = kvcheck::CheckSettings::default().cases(3_000).seed(1);
+    settings.failures = dir.clone();
+    let failure = kvcheck::check_prefix(
+        paged_factory(Policy::Own, PrefixFault::SkipCopyOnWrite),
+        &settings,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(failure.contains("judged by the invariants"), "{failure}");
+    assert!(failure.contains("KVCHECK_REPLAY="), "{failure}");
+    let saved = failure
+        .lines()
+        .find_map(|l| l.strip_prefix("saved "))
+        .expect("a saved trace");
+    settings.replay = Some(saved.into());
+    let again = kvcheck::check_prefix(
+        paged_factory(Policy::Own, PrefixFault::SkipCopyOnWrite),
+        &settings,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(again.contains("still fails"), "{again}");
+}

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod campaign;
+pub mod check;
 pub mod drive;
 #[cfg(feature = "arbitrary")]
 pub mod fuzz;
