@@ -299,3 +299,15 @@ fn check_prefix_fails_a_fault_saves_it_and_replays_it_alone() {
     .to_string();
     assert!(again.contains("still fails"), "{again}");
 }
+
+#[test]
+fn prefix_power_prints_every_fault_under_both_judges_and_a_clean_control() {
+    let (code, out, err) = kvcheck(&["prefix", "power", "--cases", "3000"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for fault in PrefixFault::ALL {
+        let rows = out.lines().filter(|l| l.starts_with(fault.name())).count();
+        assert_eq!(rows, 2, "{fault}: {out}");
+    }
+    assert_eq!(out.matches("paged (control)").count(), 2, "{out}");
+    assert!(!out.contains("ESCAPED"), "{out}");
+}

@@ -25,6 +25,7 @@ pub mod fuzz;
 pub mod invariants;
 pub mod lockstep;
 pub mod minimize;
+pub mod power;
 pub mod strategy;
 pub mod subject;
 
