@@ -8,8 +8,13 @@
   use (the subject's `domain` declares which it is asked).
 - `kvcheck.check(MyCache, ...)`: runs the `kvcheck` binary against the class
   (used by the pytest plugin).
+- `kvcheck.prefix`: the prefix family (docs/contract.md Part II):
+  `PrefixSubject`, the base class of a prefix cache, served by
+  `python -m kvcheck.serve_prefix module:Class`; `payload_bits`, the rows
+  it writes (§16).
 """
 
+from . import prefix
 from .runner import Divergence, MostlyOutside, Result, TooFewJudged, binary, check
 from .subject import (
     DOMAIN_FIELDS,
@@ -39,6 +44,7 @@ __all__ = [
     "MostlyOutside",
     "Outside",
     "PROTOCOL",
+    "prefix",
     "Refused",
     "Subject",
     "TooFewJudged",
