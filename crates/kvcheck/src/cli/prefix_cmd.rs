@@ -230,7 +230,8 @@ pub struct RunArgs {
 /// `kvcheck prefix replay`.
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// Prefix traces (kvtrace/1, `"variant": "prefix"`).
+    /// Prefix traces (kvtrace/1, `"variant": "prefix"`), or folders of
+    /// `*.kvtrace.json` files.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     #[command(flatten)]
@@ -355,8 +356,19 @@ fn replay(args: ReplayArgs, settings: &Settings) -> Result<(), CliError> {
         .subject
         .judge()?
         .unwrap_or_else(|| Judge::for_policy(caps.policy));
+    let files = kvcheck::check::trace::collect_trace_files(&args.traces)
+        .map_err(|e| CliError::PrefixSubject(e.to_string()))?;
+    if files.is_empty() {
+        return Err(CliError::NoTraces(args.traces.clone()));
+    }
     let mut failed = false;
-    for path in &args.traces {
+    for path in &files {
+        if !super::prefix::is_prefix_file(path) && args.traces.len() < files.len() {
+            // A folder may hold streaming traces too: they are `kvcheck
+            // replay`'s. A file named alone is loaded and its error shown.
+            println!("SKIP  {}: not a prefix trace", path.display());
+            continue;
+        }
         let trace = family::load(path).map_err(CliError::PrefixTrace)?;
         if let Some(why) = caps.unsupported(&trace.config, &trace.ops) {
             println!(
