@@ -14,6 +14,7 @@ mod power;
 mod power_table;
 mod prefix;
 mod prefix_cmd;
+mod prefix_explore;
 mod prefix_serve;
 mod replay;
 mod run;

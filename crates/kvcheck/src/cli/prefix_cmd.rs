@@ -10,7 +10,9 @@ use std::time::Duration;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kvcache::fault::PrefixFault;
-use kvcheck::engine::prefix::campaign::{self, PagedSubject, PrefixRunSettings, PrefixSubject};
+use kvcheck::engine::prefix::campaign::{
+    self, PagedSubject, PrefixCaseFailure, PrefixRunSettings, PrefixSubject,
+};
 use kvcheck::engine::prefix::drive::Judge;
 use kvcheck::engine::prefix::invariants::Invariant;
 use kvcheck::engine::prefix::subject::Steps;
@@ -118,7 +120,7 @@ pub struct PrefixSubjectArgs {
 }
 
 impl PrefixSubjectArgs {
-    fn open(&self, settings: &Settings) -> Result<Box<dyn PrefixSubject>, CliError> {
+    pub(super) fn open(&self, settings: &Settings) -> Result<Box<dyn PrefixSubject>, CliError> {
         Ok(match &self.subject {
             PrefixSubjectSpec::Paged => Box::new(PagedSubject { fault: None }),
             PrefixSubjectSpec::Fault(fault) => Box::new(PagedSubject {
@@ -134,7 +136,12 @@ impl PrefixSubjectArgs {
         })
     }
 
-    fn judge(&self) -> Result<Option<Judge>, CliError> {
+    /// The subject as named.
+    pub(super) fn spec(&self) -> &PrefixSubjectSpec {
+        &self.subject
+    }
+
+    pub(super) fn judge(&self) -> Result<Option<Judge>, CliError> {
         let waived: BTreeSet<Invariant> = self.waive.iter().copied().collect();
         match self.judge {
             Some(JudgeName::Model) if !waived.is_empty() => Err(CliError::PrefixSubject(
@@ -180,6 +187,12 @@ enum PrefixCommand {
         after_help = "Examples:\n  kvcheck prefix power\n  kvcheck prefix power --cases 5000 --seed 7\n\nExit status: 0 every fault caught by both judges and the control row clean, 1 a fault escaped a judge or a false alarm."
     )]
     Power(PowerArgs),
+    /// Explore every sequence of a small op alphabet up to a depth on
+    /// small configs, breadth first; the first failing path minimized.
+    #[command(
+        after_help = "Examples:\n  kvcheck prefix explore --depth 5\n  kvcheck prefix explore --depth 4 --subject fault:skip-copy-on-write\n  kvcheck prefix explore --depth 4 --blocks 3 --block-size 2 --subject exec:'python3 adapters/reference_prefix_subject.py'\n\nStates are the model's, canonical (last uses as ranks): a state reached twice is expanded once.\nExit status: 0 no failure, 1 a failure (saved under --out), 2 bad arguments or a subject that cannot be set up."
+    )]
+    Explore(super::prefix_explore::ExploreArgs),
 }
 
 /// `kvcheck prefix power`.
@@ -245,6 +258,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         PrefixCommand::Replay(args) => replay(args, settings),
         PrefixCommand::Serve(args) => super::prefix_serve::serve(&args.subject),
         PrefixCommand::Power(args) => power(args),
+        PrefixCommand::Explore(args) => super::prefix_explore::run(args, settings),
     }
 }
 
@@ -296,9 +310,22 @@ fn run_campaign(args: RunArgs, settings: &Settings) -> Result<(), CliError> {
         println!("no failure");
         return Ok(());
     };
+    let name = format!("prefix-seed{}-case{}", args.seed, failure.case);
+    save_failure(failure, &name, args.out, &args.subject.subject, settings)
+}
+
+/// Prints a failure and its minimized form, saves the trace as
+/// `NAME.kvtrace.json` under the failures folder with the line that
+/// replays it, and returns the failing status.
+pub(super) fn save_failure(
+    failure: PrefixCaseFailure,
+    name: &str,
+    out: Option<PathBuf>,
+    spec: &PrefixSubjectSpec,
+    settings: &Settings,
+) -> Result<(), CliError> {
     println!(
-        "case {} failed after {} ops:\n{}",
-        failure.case,
+        "failed after {} ops:\n{}",
         failure.ops.len(),
         failure.divergence
     );
@@ -313,18 +340,12 @@ fn run_campaign(args: RunArgs, settings: &Settings) -> Result<(), CliError> {
         Err(e) => {
             println!("(not minimized: {e})");
             let mut trace = kvmodel::prefix::PrefixTrace::new(failure.config, failure.ops);
-            trace.note = Some(format!(
-                "failing case {} of seed {}",
-                failure.case, args.seed
-            ));
+            trace.note = Some(format!("{name}, not minimized"));
             trace
         }
     };
-    let dir = failures_dir(args.out, settings);
-    let path = dir.join(format!(
-        "prefix-seed{}-case{}.kvtrace.json",
-        args.seed, failure.case
-    ));
+    let dir = failures_dir(out, settings);
+    let path = dir.join(format!("{name}.kvtrace.json"));
     let written = std::fs::create_dir_all(&dir).and_then(|()| {
         let text = serde_json::to_string_pretty(&trace).map_err(std::io::Error::other)?;
         std::fs::write(&path, text + "\n")
@@ -334,7 +355,7 @@ fn run_campaign(args: RunArgs, settings: &Settings) -> Result<(), CliError> {
             "saved {}\nreplay: kvcheck prefix replay {} --subject {}",
             path.display(),
             path.display(),
-            shell_words::quote(&spec_text(&args.subject.subject))
+            shell_words::quote(&spec_text(spec))
         ),
         Err(e) => eprintln!("could not save the trace to {}: {e}", path.display()),
     }

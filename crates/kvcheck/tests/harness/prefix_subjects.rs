@@ -311,3 +311,60 @@ fn prefix_power_prints_every_fault_under_both_judges_and_a_clean_control() {
     assert_eq!(out.matches("paged (control)").count(), 2, "{out}");
     assert!(!out.contains("ESCAPED"), "{out}");
 }
+
+#[test]
+fn exploring_to_depth_six_passes_paged_and_catches_every_fault_under_both_judges() {
+    use kvcheck::engine::prefix::explore::{default_configs, explore};
+    use kvcheck::engine::prefix::subject::PrefixCapabilities;
+    let configs = default_configs(&PrefixCapabilities::full());
+    for judge in judges() {
+        let report = explore(
+            &mut PagedSubject { fault: None },
+            &judge,
+            &configs,
+            5,
+            20_000,
+        );
+        assert!(report.failure.is_none(), "{judge:?}: {:?}", report.failure);
+        assert_eq!(report.configs.len(), 8);
+        assert!(report.configs.iter().all(|c| c.depth == 5 && !c.truncated));
+        for fault in PrefixFault::ALL {
+            let report = explore(
+                &mut PagedSubject { fault: Some(fault) },
+                &judge,
+                &configs,
+                6,
+                20_000,
+            );
+            let failure = report
+                .failure
+                .unwrap_or_else(|| panic!("{fault} escaped {judge:?} to depth 6"));
+            let minimized = failure.minimized.expect("minimized");
+            assert!(minimized.after <= 6, "{fault}: {} ops", minimized.after);
+        }
+    }
+}
+
+#[test]
+fn prefix_explore_on_the_command_line() {
+    let (code, out, err) = kvcheck(&["prefix", "explore", "--depth", "3"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches(" states ").count(), 8, "{out}");
+    assert!(out.contains("no failure"), "{out}");
+    let dir = scratch("prefix-explore-fault");
+    let (code, out, err) = kvcheck(&[
+        "prefix",
+        "explore",
+        "--depth",
+        "4",
+        "--subject",
+        "fault:trust-weak-hash",
+        "--out",
+        &path(&dir, "failures"),
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("saved "), "{out}");
+    let (code, _, err) = kvcheck(&["prefix", "explore", "--blocks", "0", "--block-size", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid_config"), "{err}");
+}

@@ -114,6 +114,54 @@ impl PrefixModel {
             .collect()
     }
 
+    /// The state with what no future outcome can tell apart renamed away:
+    /// cached prefixes' last uses replaced by their ranks (the order §14
+    /// evicts in is all that matters of them) and private block tags
+    /// numbered by first appearance. Two models whose canonical forms are
+    /// equal answer every op sequence alike: what an explorer deduplicates
+    /// states by.
+    pub fn canonical(&self) -> PrefixModel {
+        let mut uses: Vec<u64> = self.cached.values().copied().collect();
+        uses.sort_unstable();
+        uses.dedup();
+        let rank = |at: &u64| uses.binary_search(at).unwrap_or_default() as u64;
+        let mut tags = BTreeMap::new();
+        let requests = self
+            .requests
+            .iter()
+            .map(|(&id, r)| {
+                let blocks = r
+                    .blocks
+                    .iter()
+                    .map(|h| match h {
+                        Holding::Private(tag) => {
+                            let next = tags.len() as u64;
+                            Holding::Private(*tags.entry(*tag).or_insert(next))
+                        }
+                        sealed => sealed.clone(),
+                    })
+                    .collect();
+                (
+                    id,
+                    Request {
+                        blocks,
+                        ..r.clone()
+                    },
+                )
+            })
+            .collect();
+        PrefixModel {
+            config: self.config.clone(),
+            requests,
+            cached: self
+                .cached
+                .iter()
+                .map(|(p, at)| (p.clone(), rank(at)))
+                .collect(),
+            next_tag: tags.len() as u64,
+        }
+    }
+
     /// docs/contract.md §12: blocks in use are the distinct holdings of
     /// running requests; cached blocks the released sealed prefixes; free
     /// blocks the rest of `N`.

@@ -20,6 +20,7 @@
 pub mod campaign;
 pub mod check;
 pub mod drive;
+pub mod explore;
 #[cfg(feature = "arbitrary")]
 pub mod fuzz;
 pub mod invariants;

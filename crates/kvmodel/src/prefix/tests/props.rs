@@ -222,4 +222,28 @@ proptest! {
         rows[at] = f32::from_bits(rows[at].to_bits() ^ bump);
         prop_assert!(check_rows(&config, &tokens, &rows).is_err());
     }
+
+    #[test]
+    fn the_canonical_state_answers_every_continuation_alike(
+        config in configs(),
+        ops in sequences(40),
+        split in any::<proptest::sample::Index>(),
+    ) {
+        // An explorer may continue from the canonical form of a state in
+        // place of the state itself only if no later outcome tells them
+        // apart.
+        let k = split.index(ops.len() + 1);
+        let mut model = PrefixModel::new(&config).unwrap();
+        for (i, op) in ops[..k].iter().enumerate() {
+            let _ = model.apply(i as u64, op);
+        }
+        let mut canonical = model.canonical();
+        prop_assert_eq!(canonical.canonical(), canonical.clone());
+        for (i, op) in ops.iter().enumerate().skip(k) {
+            let a: PrefixOutcome = model.apply(i as u64, op).into();
+            let b: PrefixOutcome = canonical.apply(i as u64, op).into();
+            prop_assert_eq!(a, b, "op {} ({}) after the split at {}", i, op, k);
+            prop_assert_eq!(model.canonical(), canonical.canonical());
+        }
+    }
 }
