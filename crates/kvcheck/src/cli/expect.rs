@@ -16,6 +16,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
+    if super::prefix::is_prefix_file(&args.file) {
+        return super::prefix_files::expect_file(&args.file, args.output.as_deref());
+    }
     let trace = Trace::load(&args.file)?.with_model_expect();
     match &args.output {
         None => print!("{}", trace.to_json()),

@@ -15,6 +15,7 @@ mod power_table;
 mod prefix;
 mod prefix_cmd;
 mod prefix_explore;
+mod prefix_files;
 mod prefix_serve;
 mod replay;
 mod run;

@@ -37,6 +37,11 @@ pub fn run(args: Args, settings: &kvcheck::settings::Settings) -> Result<(), Cli
     {
         return Err(CliError::InvalidName(args.name.clone()));
     }
+    if super::prefix::is_prefix_file(&args.file) {
+        let path = args.dir.join(format!("{}{EXTENSION}", args.name));
+        let max_tests = args.max_tests.unwrap_or(settings.max_tests);
+        return super::prefix_files::save_file(&args.file, &path, max_tests);
+    }
     let mut trace = super::load_trace(&args.file)?;
     let subject = args.subject.spec();
     super::announce(&subject);

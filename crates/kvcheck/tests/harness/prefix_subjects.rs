@@ -368,3 +368,31 @@ fn prefix_explore_on_the_command_line() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("invalid_config"), "{err}");
 }
+
+#[test]
+fn expect_and_save_take_prefix_traces() {
+    let dir = scratch("prefix-expect-save");
+    let trace = path(&dir, "weak.kvtrace.json");
+    std::fs::write(
+        &trace,
+        r#"{"format": "kvtrace/1", "config": {"variant": "prefix", "blocks": 3, "block_size": 2},
+            "ops": [{"start": {"request": 0, "tokens": [0, 1, 2]}}, {"compute": {"request": 0, "count": 3}},
+                    {"finish": {"request": 0}}, {"start": {"request": 1, "tokens": [1, 0, 2]}}]}"#,
+    )
+    .unwrap();
+    let (code, out, err) = kvcheck(&["expect", &trace]);
+    assert_eq!(code, 0, "{err}");
+    let filled: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(filled["expect"].as_array().unwrap().len(), 4, "{out}");
+    assert_eq!(filled["expect"][3]["ok"]["hit"], 0, "{out}");
+    // Stored as it is when it passes, with the model's expect, and the
+    // stored trace replays clean.
+    let corpus = path(&dir, "corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let (code, out, err) = kvcheck(&["save", &trace, "--name", "weak_hash", "--dir", &corpus]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("passes on the paged cache"), "{out}");
+    let stored = path(&dir, "corpus/weak_hash.kvtrace.json");
+    let (code, out, err) = kvcheck(&["replay", &stored]);
+    assert_eq!(code, 0, "{out}{err}");
+}
