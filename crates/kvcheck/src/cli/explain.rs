@@ -22,6 +22,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
+    if super::prefix::is_prefix_file(&args.file) {
+        // The streaming subjects cannot run a prefix trace: it is walked
+        // on the shipped paged cache (`kvcheck prefix explain` takes any
+        // prefix subject).
+        return super::prefix_explain::explain_on_paged(&args.file);
+    }
     let mut trace = super::load_trace(&args.file)?;
     let oracle = super::trace_oracle(&args.subject, &mut trace, &args.file)?;
     if !oracle.stepwise() {

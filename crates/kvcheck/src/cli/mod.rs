@@ -14,6 +14,7 @@ mod power;
 mod power_table;
 mod prefix;
 mod prefix_cmd;
+mod prefix_explain;
 mod prefix_explore;
 mod prefix_files;
 mod prefix_serve;

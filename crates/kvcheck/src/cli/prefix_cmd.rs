@@ -193,6 +193,12 @@ enum PrefixCommand {
         after_help = "Examples:\n  kvcheck prefix explore --depth 5\n  kvcheck prefix explore --depth 4 --subject fault:skip-copy-on-write\n  kvcheck prefix explore --depth 4 --blocks 3 --block-size 2 --subject exec:'python3 adapters/reference_prefix_subject.py'\n\nStates are the model's, canonical (last uses as ranks): a state reached twice is expanded once.\nExit status: 0 no failure, 1 a failure (saved under --out), 2 bad arguments or a subject that cannot be set up."
     )]
     Explore(super::prefix_explore::ExploreArgs),
+    /// Walk a prefix trace op by op: the model's state after each op, up
+    /// to the subject's first failure.
+    #[command(
+        after_help = "Examples:\n  kvcheck prefix explain failure.kvtrace.json --subject fault:skip-copy-on-write\n\nExit status: 0 no failure, 1 a failure, 2 an unreadable trace or a subject that cannot be set up."
+    )]
+    Explain(super::prefix_explain::ExplainArgs),
 }
 
 /// `kvcheck prefix power`.
@@ -259,6 +265,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         PrefixCommand::Serve(args) => super::prefix_serve::serve(&args.subject),
         PrefixCommand::Power(args) => power(args),
         PrefixCommand::Explore(args) => super::prefix_explore::run(args, settings),
+        PrefixCommand::Explain(args) => super::prefix_explain::run(args, settings),
     }
 }
 

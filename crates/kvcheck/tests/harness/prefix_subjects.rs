@@ -42,6 +42,11 @@ fn both_judges_pass_the_paged_cache() {
 fn both_judges_catch_every_paged_fault_and_minimize_it() {
     for fault in PrefixFault::ALL {
         for judge in judges() {
+            // A policy error may keep every invariant of §17: only the
+            // model, which knows the order of §14, is bound to catch it.
+            if fault.is_policy() && matches!(judge, Judge::Invariants(_)) {
+                continue;
+            }
             let mut subject = PagedSubject { fault: Some(fault) };
             let report = campaign::run(&mut subject, &settings(judge.clone(), 3_000), &mut |_| {});
             let failure = report
@@ -395,4 +400,36 @@ fn expect_and_save_take_prefix_traces() {
     let stored = path(&dir, "corpus/weak_hash.kvtrace.json");
     let (code, out, err) = kvcheck(&["replay", &stored]);
     assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn prefix_explain_walks_to_the_failure() {
+    let dir = scratch("prefix-explain");
+    let trace = path(&dir, "cow.kvtrace.json");
+    std::fs::write(
+        &trace,
+        r#"{"format": "kvtrace/1", "config": {"variant": "prefix", "blocks": 2, "block_size": 2},
+            "ops": [{"start": {"request": 0, "tokens": [0, 1, 2]}}, {"compute": {"request": 0, "count": 3}},
+                    {"fork": {"request": 0, "into": 1}}, {"extend": {"request": 0, "tokens": [1]}}]}"#,
+    )
+    .unwrap();
+    let (code, out, err) = kvcheck(&[
+        "prefix",
+        "explain",
+        &trace,
+        "--subject",
+        "fault:skip-copy-on-write",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("r1 [0 1 2] computed 3/3, sealed blocks [0 1]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("outcome divergence at step 3 (extend r0 [1])"),
+        "{out}"
+    );
+    let (code, out, err) = kvcheck(&["explain", &trace]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("no failure\n"), "{out}");
 }
