@@ -17,9 +17,9 @@ use super::{failures_dir, CliError};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The fuzz target that produced the file: dense_lockstep,
-    /// packed_lockstep, model_invariants or trace_load.
+    /// packed_lockstep, model_invariants, trace_load or prefix_lockstep.
     #[arg(value_parser = parse_target)]
-    target: Target,
+    target: FuzzTarget,
     /// The crash, corpus or artifact file (raw fuzzer bytes); with
     /// --keep-going, any number of files and directories (every file in
     /// them, e.g. `fuzz/artifacts/dense_lockstep`).
@@ -42,7 +42,7 @@ pub struct Args {
 /// A fuzz target name that names no target of `fuzz/fuzz_targets/`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown target {name:?}: expected one of {}",
+    "unknown target {name:?}: expected one of {}, {PREFIX_TARGET}",
     Target::ALL.map(Target::name).join(", ")
 )]
 pub struct UnknownTarget {
@@ -50,24 +50,79 @@ pub struct UnknownTarget {
     pub name: String,
 }
 
-fn parse_target(name: &str) -> Result<Target, UnknownTarget> {
-    Target::from_name(name).ok_or_else(|| UnknownTarget {
-        name: name.to_string(),
-    })
+/// The prefix family's fuzz target, whose inputs decode to prefix traces.
+const PREFIX_TARGET: &str = "prefix_lockstep";
+
+/// A target of `fuzz/fuzz_targets/`: one of the streaming family's, or
+/// the prefix family's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FuzzTarget {
+    /// A streaming target.
+    Streaming(Target),
+    /// `prefix_lockstep`.
+    Prefix,
+}
+
+fn parse_target(name: &str) -> Result<FuzzTarget, UnknownTarget> {
+    if name == PREFIX_TARGET {
+        return Ok(FuzzTarget::Prefix);
+    }
+    Target::from_name(name)
+        .map(FuzzTarget::Streaming)
+        .ok_or_else(|| UnknownTarget {
+            name: name.to_string(),
+        })
+}
+
+/// `from-fuzz prefix_lockstep FILE`: the prefix trace the input decodes to.
+fn prefix_trace(args: &Args) -> Result<(), CliError> {
+    let [file] = args.files.as_slice() else {
+        return Err(CliError::OneInputAtATime);
+    };
+    let bytes = std::fs::read(file).map_err(|source| CliError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let mut trace = kvcheck::engine::prefix::fuzz::decode(&bytes);
+    trace.note = Some(format!(
+        "from fuzz target {PREFIX_TARGET} input {}",
+        file.display()
+    ));
+    let text = serde_json::to_string_pretty(&trace).expect("plain JSON values") + "\n";
+    match &args.output {
+        None => print!("{text}"),
+        Some(path) => {
+            std::fs::write(path, text).map_err(|source| CliError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
+    let target = match args.target {
+        FuzzTarget::Prefix if args.triage.keep_going => {
+            return Err(CliError::PrefixSubject(format!(
+                "--keep-going triages the streaming targets; replay {PREFIX_TARGET} inputs one by one, or run `kvcheck prefix replay` on their traces"
+            )))
+        }
+        FuzzTarget::Prefix => return prefix_trace(&args),
+        FuzzTarget::Streaming(target) => target,
+    };
     if args.triage.keep_going {
-        return triage(&args, settings);
+        return triage(&args, target, settings);
     }
     let [file] = args.files.as_slice() else {
         return Err(CliError::OneInputAtATime);
     };
-    let mut trace = read_trace(args.target, file)?;
+    let mut trace = read_trace(target, file)?;
     if trace.note.is_none() {
         trace.note = Some(format!(
             "from fuzz target {} input {}",
-            args.target.name(),
+            target.name(),
             file.display()
         ));
     }
@@ -118,13 +173,13 @@ fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
 
 /// `--keep-going`: every input replayed against the subject, the
 /// divergences triaged.
-fn triage(args: &Args, settings: &Settings) -> Result<(), CliError> {
+fn triage(args: &Args, target: Target, settings: &Settings) -> Result<(), CliError> {
     let files = inputs(&args.files)?;
     let subject = args.subject.spec();
     super::announce(&subject);
     let (mut triage, mut skipped, mut passed) = (Triage::new(), 0, 0);
     for (i, file) in files.iter().enumerate() {
-        let trace = match read_trace(args.target, file) {
+        let trace = match read_trace(target, file) {
             Ok(trace) => trace,
             Err(error) => {
                 // Reported, counted, and the triage goes on.

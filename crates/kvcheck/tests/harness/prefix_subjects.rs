@@ -433,3 +433,19 @@ fn prefix_explain_walks_to_the_failure() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.ends_with("no failure\n"), "{out}");
 }
+
+#[test]
+fn from_fuzz_decodes_a_prefix_lockstep_input_to_a_prefix_trace() {
+    let dir = scratch("prefix-from-fuzz");
+    let input = path(&dir, "input.bin");
+    let bytes: Vec<u8> = (0u8..=255).map(|b| b.wrapping_mul(37)).collect();
+    std::fs::write(&input, bytes).unwrap();
+    let output = path(&dir, "input.kvtrace.json");
+    let (code, out, err) = kvcheck(&["from-fuzz", "prefix_lockstep", &input, "-o", &output]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = kvcheck(&["replay", &output]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 passed"), "{out}");
+    let (code, _, err) = kvcheck(&["from-fuzz", "prefix_lockstep", &input, "--keep-going"]);
+    assert_eq!(code, 2, "{err}");
+}
