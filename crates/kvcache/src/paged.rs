@@ -54,6 +54,8 @@
 
 mod blocks;
 mod ops;
+#[cfg(feature = "faults")]
+mod planted;
 mod pool;
 
 use std::collections::HashMap;

@@ -1,12 +1,17 @@
-//! Faults of the paged prefix cache ([`PagedCache`]): three mistakes a
-//! real block manager makes, each a switch inside the shipped cache (the
-//! bookkeeping they break is private to it, so no wrapper could plant
-//! them), and [`FaultyPagedCache`], the cache with one of them on.
+//! Faults of the paged prefix cache ([`PagedCache`]): seven mistakes a
+//! real block manager (vLLM's block pool, sglang's radix cache) makes or
+//! could make, each a switch inside the shipped cache (the bookkeeping they
+//! break is private to it, so no wrapper could plant them), and
+//! [`FaultyPagedCache`], the cache with one of them on.
 //!
 //! Each is caught by the lockstep check of `tests/caches/paged.rs` (the
 //! same effect or error as `PrefixModel`, the same counts, every running
 //! request reading back its own prefix's payload), without the cache's
-//! own audit: a faulty implementation has none to offer.
+//! own audit: a faulty implementation has none to offer. Every fault gives
+//! wrong answers, never a panic. One is a policy error
+//! ([`PrefixFault::is_policy`]): only the exact eviction order of §14
+//! tells it apart, so the invariants of §17, which allow any order, may
+//! not catch it.
 
 use candle_core::{Device, Tensor};
 use kvmodel::prefix::{BlockCounts, PrefixConfig, PrefixEffect, PrefixOp, RequestId};
@@ -27,14 +32,39 @@ pub enum PrefixFault {
     /// the block is in use and evictable at once, so an allocation can
     /// hand it to another request that overwrites it.
     HitStaysEvictable,
+    /// `finish` and `preempt` cache every full block, computed or not (vLLM
+    /// caches a block's hash when it is scheduled, before the forward pass
+    /// writes it): a request finished or preempted mid-prefill leaves a
+    /// cached block whose rows were never written, and a later hit reads
+    /// them.
+    CacheUncomputedBlock,
+    /// `rollback` drops tokens but leaves the computed count (and its hash
+    /// chain) where it was (a rejected speculative draft not subtracted):
+    /// tokens extended later count as computed and read the stale rows of
+    /// the dropped ones.
+    RollbackKeepsComputed,
+    /// `preempt` releases a request's blocks but leaves its block table
+    /// (a `get` where a `pop` was meant), so finishing the preempted
+    /// request releases them again: a double free, the free count too high
+    /// and a block handed out twice.
+    DoubleReleaseOnFinishAfterPreempt,
+    /// Eviction takes the most recently released cached block first (the
+    /// free queue popped from its tail): an inverted LRU. A policy error:
+    /// every answer is still a correct one, only the order of §14 is not
+    /// kept, so the model catches it and the invariants of §17 may not.
+    EvictIgnoresLru,
 }
 
 impl PrefixFault {
     /// Every fault of the paged prefix cache.
-    pub const ALL: [PrefixFault; 3] = [
+    pub const ALL: [PrefixFault; 7] = [
         PrefixFault::TrustWeakHash,
         PrefixFault::SkipCopyOnWrite,
         PrefixFault::HitStaysEvictable,
+        PrefixFault::CacheUncomputedBlock,
+        PrefixFault::RollbackKeepsComputed,
+        PrefixFault::DoubleReleaseOnFinishAfterPreempt,
+        PrefixFault::EvictIgnoresLru,
     ];
 
     /// The name used on command lines (`fault:NAME`).
@@ -43,6 +73,12 @@ impl PrefixFault {
             PrefixFault::TrustWeakHash => "trust-weak-hash",
             PrefixFault::SkipCopyOnWrite => "skip-copy-on-write",
             PrefixFault::HitStaysEvictable => "hit-stays-evictable",
+            PrefixFault::CacheUncomputedBlock => "cache-uncomputed-block",
+            PrefixFault::RollbackKeepsComputed => "rollback-keeps-computed",
+            PrefixFault::DoubleReleaseOnFinishAfterPreempt => {
+                "double-release-on-finish-after-preempt"
+            }
+            PrefixFault::EvictIgnoresLru => "evict-ignores-lru",
         }
     }
 
@@ -52,7 +88,19 @@ impl PrefixFault {
             PrefixFault::TrustWeakHash => "the prefix index trusts a weak hash of a block's tokens without comparing them: [1 2] hits [2 1]",
             PrefixFault::SkipCopyOnWrite => "extend writes into a sealed or shared partial block instead of copying it first",
             PrefixFault::HitStaysEvictable => "a hit leaves the cached block in the LRU: an allocation can evict and overwrite a block in use",
+            PrefixFault::CacheUncomputedBlock => "finish and preempt cache a full block whose positions were not all computed: a later hit reads rows never written",
+            PrefixFault::RollbackKeepsComputed => "rollback leaves the computed count as it was: tokens extended after it count as computed and read the dropped tokens' stale rows",
+            PrefixFault::DoubleReleaseOnFinishAfterPreempt => "finishing a preempted request releases its blocks again: a double free, the free count too high, a block handed out twice",
+            PrefixFault::EvictIgnoresLru => "eviction takes the most recently released cached block first (an inverted LRU); a policy error: the model catches it, the invariants of §17 may not",
         }
+    }
+
+    /// Whether the fault is a policy error: every answer it gives is one a
+    /// correct cache with another eviction policy could give, so only the
+    /// model (the exact order of §14) is bound to catch it, not the
+    /// invariants of §17.
+    pub fn is_policy(self) -> bool {
+        matches!(self, PrefixFault::EvictIgnoresLru)
     }
 
     /// Parses a command-line name.

@@ -252,15 +252,43 @@ impl Blocks {
         let key = self.lru_key(id);
         self.lru.remove(&key);
         if let Some(seal) = self.blocks[id as usize].seal.take() {
-            self.children_mut(seal.parent).remove(&seal.tokens);
+            let siblings = self.children_mut(seal.parent);
+            // Only a planted fault (`crate::fault`) evicts a parent before
+            // its children: the orphans' entry may since name another block.
+            #[cfg(feature = "faults")]
+            let indexed = siblings.get(&seal.tokens) == Some(&id);
+            #[cfg(not(feature = "faults"))]
+            let indexed = true;
+            if indexed {
+                siblings.remove(&seal.tokens);
+            }
         }
+        // The stored children of a block evicted under a planted fault are
+        // orphans, unreachable as vLLM's orphaned hashes are, rather than
+        // found under the prefix the block holds next.
+        #[cfg(feature = "faults")]
+        self.blocks[id as usize].children.clear();
     }
 
     /// The first `k` cached blocks in the order of §14: least recently
     /// released, longest first, then the smaller token sequence.
     pub fn victims(&self, k: usize) -> Vec<BlockId> {
+        #[cfg(feature = "faults")]
+        if self.fault == Some(crate::fault::PrefixFault::EvictIgnoresLru) {
+            // The LRU read from its tail: most recently released first.
+            return self.take_victims(self.lru.iter().rev(), k);
+        }
+        self.take_victims(self.lru.iter(), k)
+    }
+
+    /// The first `k` blocks of `entries`, LRU entries in the order to evict.
+    fn take_victims<'a>(
+        &self,
+        entries: impl Iterator<Item = &'a (u64, Reverse<u32>, BlockId)>,
+        k: usize,
+    ) -> Vec<BlockId> {
         let mut victims = Vec::with_capacity(k);
-        let mut entries = self.lru.iter().peekable();
+        let mut entries = entries.peekable();
         while victims.len() < k {
             let Some(&(at, depth, first)) = entries.next() else {
                 break;
@@ -285,9 +313,15 @@ impl Blocks {
 
     /// The whole prefix a sealed block ends, walking its parents.
     pub fn prefix(&self, id: BlockId) -> Vec<Token> {
-        let mut chain = Vec::new();
+        // A prefix has `depth` blocks: the walk stops there even when a
+        // planted fault (`crate::fault`) has looped the parents.
+        let depth = self.block(id).seal.as_ref().map_or(0, |s| s.depth);
+        let mut chain = Vec::with_capacity(depth as usize);
         let mut at = Some(id);
         while let Some(block) = at.and_then(|id| self.block(id).seal.as_ref()) {
+            if chain.len() == depth as usize {
+                break;
+            }
             chain.push(&block.tokens);
             at = block.parent;
         }

@@ -137,7 +137,9 @@ impl PagedCache {
         let k = non_negative("count", count)?;
         let r = self.live("compute", request)?;
         let (len, computed) = (r.tokens.len(), r.computed);
-        if k > len - computed {
+        // Saturating: only a planted fault (`crate::fault`) leaves more
+        // computed than tokens, and it must not panic either.
+        if k > len.saturating_sub(computed) {
             return Err(PrefixError::ComputePastEnd {
                 request,
                 count: k as u64,
@@ -193,7 +195,7 @@ impl PagedCache {
     /// is already stored, `r` gives up its own block (free again) and
     /// references the stored one; otherwise its block becomes the one
     /// block of that prefix.
-    fn seal(&mut self, index: u64, r: &mut Request, j: usize) {
+    pub(super) fn seal(&mut self, index: u64, r: &mut Request, j: usize) {
         let own = r.table[j];
         if self.blocks.is_sealed(own) {
             return;
@@ -324,11 +326,15 @@ impl PagedCache {
             .into());
         }
         let kept = len - k;
+        #[cfg(feature = "faults")]
+        let keep_computed = self.planted(crate::fault::PrefixFault::RollbackKeepsComputed);
+        #[cfg(not(feature = "faults"))]
+        let keep_computed = false;
         let Some(mut r) = self.requests.remove(&request) else {
             return Ok(());
         };
         r.tokens.truncate(kept);
-        if r.computed > kept {
+        if r.computed > kept && !keep_computed {
             r.computed = kept;
             r.hash = self.prefix_hash(&r.tokens);
         }
@@ -353,6 +359,10 @@ impl PagedCache {
                 op: "finish",
                 request,
             })?;
+        #[cfg(feature = "faults")]
+        let mut r = r;
+        #[cfg(feature = "faults")]
+        self.cache_uncomputed(index, &mut r);
         for id in r.table {
             self.blocks.release(id, index);
         }
@@ -368,10 +378,16 @@ impl PagedCache {
     ) -> Result<(), PrefixCacheError> {
         self.live("preempt", request)?;
         let empty = empty_prefix_hash(self.config.seed);
+        #[cfg(feature = "faults")]
+        let keep_table = self.planted_preempt(index, request);
         let Some(r) = self.requests.get_mut(&request) else {
             return Ok(());
         };
         let table = std::mem::take(&mut r.table);
+        #[cfg(feature = "faults")]
+        if keep_table {
+            r.table.clone_from(&table);
+        }
         r.computed = 0;
         r.hash = empty;
         r.preempted = true;

@@ -17,6 +17,7 @@ mod prefix_cmd;
 mod prefix_explain;
 mod prefix_explore;
 mod prefix_files;
+mod prefix_power;
 mod prefix_serve;
 mod replay;
 mod run;

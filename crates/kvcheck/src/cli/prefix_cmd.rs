@@ -186,7 +186,7 @@ enum PrefixCommand {
     #[command(
         after_help = "Examples:\n  kvcheck prefix power\n  kvcheck prefix power --cases 5000 --seed 7\n\nExit status: 0 every fault caught by both judges and the control row clean, 1 a fault escaped a judge or a false alarm."
     )]
-    Power(PowerArgs),
+    Power(super::prefix_power::PowerArgs),
     /// Explore every sequence of a small op alphabet up to a depth on
     /// small configs, breadth first; the first failing path minimized.
     #[command(
@@ -199,17 +199,6 @@ enum PrefixCommand {
         after_help = "Examples:\n  kvcheck prefix explain failure.kvtrace.json --subject fault:skip-copy-on-write\n\nExit status: 0 no failure, 1 a failure, 2 an unreadable trace or a subject that cannot be set up."
     )]
     Explain(super::prefix_explain::ExplainArgs),
-}
-
-/// `kvcheck prefix power`.
-#[derive(clap::Args, Debug)]
-pub struct PowerArgs {
-    /// Cases per cell (each cell stops at its first failure).
-    #[arg(long, default_value_t = 3_000)]
-    cases: u64,
-    /// The campaigns' seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
 }
 
 /// `kvcheck prefix serve`.
@@ -263,7 +252,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<(), CliError> {
         PrefixCommand::Run(args) => run_campaign(args, settings),
         PrefixCommand::Replay(args) => replay(args, settings),
         PrefixCommand::Serve(args) => super::prefix_serve::serve(&args.subject),
-        PrefixCommand::Power(args) => power(args),
+        PrefixCommand::Power(args) => super::prefix_power::run(args),
         PrefixCommand::Explore(args) => super::prefix_explore::run(args, settings),
         PrefixCommand::Explain(args) => super::prefix_explain::run(args, settings),
     }
@@ -439,50 +428,5 @@ fn replay(args: ReplayArgs, settings: &Settings) -> Result<(), CliError> {
     match failed {
         true => Err(CliError::Diverged),
         false => Ok(()),
-    }
-}
-
-fn power(args: PowerArgs) -> Result<(), CliError> {
-    let cells = kvcheck::engine::prefix::power::measure(args.cases, args.seed);
-    println!(
-        "{:<22} {:<10} {:>7} {:>8} {:>9}  failure",
-        "subject", "judge", "cases", "ops", "minimized"
-    );
-    let mut bad = Vec::new();
-    for cell in &cells {
-        let name = cell
-            .fault
-            .map_or("paged (control)".to_string(), |f| f.name().to_string());
-        let verdict = match (cell.fault, cell.caught) {
-            (Some(_), false) => "ESCAPED".to_string(),
-            (None, false) => "clean".to_string(),
-            (_, true) => cell.what.clone().unwrap_or_default(),
-        };
-        println!(
-            "{name:<22} {:<10} {:>7} {:>8} {:>9}  {verdict}",
-            cell.judge,
-            cell.cases,
-            cell.ops,
-            cell.minimized.map_or("-".into(), |n| format!("{n} ops")),
-        );
-        if cell.fault.is_some() != cell.caught {
-            bad.push(format!("{name} under {}", cell.judge));
-        }
-    }
-    let faults = cells.iter().filter(|c| c.fault.is_some()).count();
-    let caught = cells
-        .iter()
-        .filter(|c| c.fault.is_some() && c.caught)
-        .count();
-    println!(
-        "caught {caught} of {faults} (fault, judge) pairs in {} cases each, seed {}",
-        args.cases, args.seed
-    );
-    match bad.is_empty() {
-        true => Ok(()),
-        false => {
-            println!("escaped or false alarm: {}", bad.join("; "));
-            Err(CliError::Diverged)
-        }
     }
 }

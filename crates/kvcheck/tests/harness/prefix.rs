@@ -183,6 +183,19 @@ fn noisy_showcase(fault: PrefixFault) -> Vec<PrefixOp> {
         PrefixFault::HitStaysEvictable => {
             vec![PrefixOp::Finish { request: 0 }, start(1, &[1, 2, 3])]
         }
+        PrefixFault::CacheUncomputedBlock => {
+            vec![start(1, &[4, 5, 6]), PrefixOp::Finish { request: 1 }]
+        }
+        PrefixFault::RollbackKeepsComputed => vec![PrefixOp::Read { request: 0 }],
+        PrefixFault::DoubleReleaseOnFinishAfterPreempt => vec![
+            PrefixOp::Preempt { request: 0 },
+            PrefixOp::Finish { request: 0 },
+        ],
+        PrefixFault::EvictIgnoresLru => vec![
+            PrefixOp::Finish { request: 0 },
+            PrefixOp::Evict { blocks: 1 },
+            start(1, &[1, 2, 3]),
+        ],
     };
     let mut ops = noise(10);
     ops.extend([start(0, &[1, 2, 3, 4, 5]), compute(0, 5)]);
