@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""sglang's radix prefix cache (`RadixCache`) as a kvcheck prefix subject.
+
+The subject is `sglang.srt.mem_cache.radix_cache.RadixCache`, unmodified,
+over sglang's own `ReqToTokenPool` and token-to-KV allocator
+(`TokenToKVPoolAllocator` for page size 1, `PagedTokenToKVPoolAllocator`
+above), driven the way sglang's scheduler drives it, with sglang's `Req`
+and `ScheduleBatch` (driver.py: `RadixDriver`), on the CPU. The payload
+rows a model runner would write go into a numpy KV array at the slots of
+the request's row of `req_to_token`, and `read` gathers them back through
+that row: what kvcheck judges is which slots sglang hands each request.
+
+| kvcheck op (contract §15) | sglang 0.5.23 |
+|---|---|
+| `start r t` | admission: `req.init_next_round_input(tree_cache)` (the hit, capped at `len(t) - 1`, page-aligned), the matched node locked, `ScheduleBatch.prepare_for_extend()` allocates the rest (evicting from the tree when the allocator runs short); tokens that do not fit in the free and evictable pages: `no_room` |
+| `compute r k` | the forward pass: the payload written at the slots `req_to_token[req_pool_idx, c:c+k]`; after a prefill, `checkpoint_kv_cache` (the prompt inserted into the tree); a prompt longer than `--chunked-prefill-size` prefills here chunk by chunk, each stashed into the tree |
+| `extend r u` | one decode step per token: appended to `output_ids`, `prepare_for_decode()` allocates its slot; `no_room` when they do not fit |
+| `finish r` | `release_kv_cache(req, tree_cache, checkpoint=True)` (a retracted request holds nothing) |
+| `preempt r` | retraction: `schedule_batch.release_req` (`release_kv_cache(checkpoint=False)`, then `evict_from_tree_cache` of 20 tokens per request left running) |
+| `resume r` | the retracted request admitted again over its prompt and output tokens |
+| `read r` | the rows of positions `[0, c)` gathered through `req_to_token` |
+| `evict k` | `RadixCache.evict(EvictParams(num_tokens=k * B))` |
+| `clear` | `RadixCache.evict` of `evictable_size()` tokens: every unlocked node |
+
+Left out: `fork` (sglang has no fork: parallel samples share the prompt
+through the tree) and `rollback` (only speculative decoding drops tokens,
+and its verify path is not this scheduler's plain decode). The hit rule is
+`leave_one` (`_compute_max_prefix_len`: `input_len - 1`); `whole` is
+outside. Block size `B` is sglang's `--page-size`.
+
+`counts()`: in use, the pages the running requests' rows point at, each
+once; cached, `RadixCache.evictable_size()` in pages; free, the allocator's
+`available_size()` in pages.
+
+    adapters/sglang-radix/.venv/bin/python adapters/sglang-radix/subject.py \
+        [--tree radix|unified] [--page-sizes 1,2,4,16] [--blocks MIN:MAX] [--ops OP,...]
+        [--eviction-policy lru|lfu|slru|priority|tlru] [--eviction-policy-config JSON]
+        [--chunked-prefill-size C]
+
+`--tree unified` drives, through the same calls, `UnifiedRadixCache` with
+its full-attention component alone: the tree sglang 0.5.23's scheduler
+builds by default for a full-attention model (mem_cache/registry.py,
+`create_unified_radix_cache`). `RadixCache` is what the scheduler builds
+for a pure sliding-window model (`PureSWARadixCache` derives from it) and
+under `--enable-flexkv` (`FlexKVRadixCache`).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from kvcheck import Outside  # noqa: E402
+from kvcheck.prefix import NoRoom, PrefixSubject  # noqa: E402
+
+import driver  # noqa: E402
+
+TREES = {"radix": "RadixCache", "unified": "UnifiedRadixCache"}
+
+
+def sizes(text):
+    values = tuple(int(v) for v in text.split(","))
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("page sizes are positive integers, got %r" % text)
+    return values
+
+
+def bounds(text):
+    low, _, high = text.partition(":")
+    low, high = int(low), int(high)
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError("MIN:MAX with 1 <= MIN <= MAX, got %r" % text)
+    return low, high
+
+
+class SglangRadixSubject(PrefixSubject):
+    name = "sglang %s RadixCache" % driver.VERSION
+    ops = ("start", "compute", "extend", "finish", "preempt", "resume", "read", "evict", "clear")
+    hit = ("leave_one",)
+    # sglang's --page-size takes any positive size; these are the ones run.
+    block_sizes = (1, 2, 4, 16)
+    policy = "own"
+    steps = "whole"
+
+    def __init__(self, tree="radix", page_sizes=None, blocks=None, ops=None, eviction_policy=None,
+                 eviction_policy_config=None, chunked_prefill_size=None):
+        self.tree = tree
+        self.chunked_prefill_size = chunked_prefill_size
+        self.eviction_policy = eviction_policy
+        self.eviction_policy_config = eviction_policy_config
+        if ops is not None:
+            self.ops = tuple(op for op in type(self).ops if op in ops)
+        self.name = "sglang %s %s" % (driver.VERSION, TREES[tree])
+        if eviction_policy is not None:
+            self.name += " (%s eviction%s)" % (
+                eviction_policy, "" if eviction_policy_config is None else " " + json.dumps(eviction_policy_config))
+        if page_sizes is not None:
+            self.block_sizes = tuple(page_sizes)
+        if chunked_prefill_size is not None:
+            self.name += " (chunked prefill %d)" % chunked_prefill_size
+        # (least, most) pool sizes opened; a campaign row's domain.
+        self.pool = blocks
+        self.radix = None
+
+    @classmethod
+    def from_args(cls, argv):
+        parser = argparse.ArgumentParser(prog="adapters/sglang-radix/subject.py")
+        parser.add_argument("--tree", choices=sorted(TREES), default="radix",
+                            help="radix: RadixCache (radix_cache.py, the default); unified: UnifiedRadixCache "
+                                 "with the full-attention component, what 0.5.23's scheduler builds by default")
+        parser.add_argument("--page-sizes", type=sizes, default=None,
+                            help="the page sizes (block sizes) opened, e.g. 1 or 2,4,16 (default %s)"
+                                 % ",".join(map(str, cls.block_sizes)))
+        parser.add_argument("--blocks", type=bounds, default=None,
+                            help="MIN:MAX, the pool sizes opened; others are outside (a campaign row's domain)")
+        parser.add_argument("--ops", type=lambda text: tuple(text.split(",")), default=None,
+                            help="declare only these of the ops (a campaign row's domain), e.g. "
+                                 "start,compute,finish,read,evict,clear")
+        parser.add_argument("--eviction-policy", choices=("lru", "lfu", "slru", "priority", "tlru"), default=None,
+                            help="sglang's --radix-eviction-policy (default: sglang's, lru); tlru needs --tree unified")
+        parser.add_argument("--eviction-policy-config", type=json.loads, default=None,
+                            help="sglang's --radix-eviction-policy-config, a JSON object, e.g. "
+                                 "'{\"threshold\": 4, \"next_prompt_estimate\": 1}' for tlru")
+        parser.add_argument("--chunked-prefill-size", type=int, default=None,
+                            help="sglang's --chunked-prefill-size: prompts longer than this prefill in chunks, "
+                                 "each stashed into the tree (default: sglang's, 4096 on the CPU)")
+        args = parser.parse_args(argv)
+        if args.eviction_policy == "tlru" and args.tree != "unified":
+            parser.error("--eviction-policy tlru: sglang refuses T-LRU on any tree but UnifiedRadixCache")
+        if args.ops is not None:
+            unknown = [op for op in args.ops if op not in cls.ops]
+            if unknown or not {"start", "compute", "finish"} <= set(args.ops):
+                parser.error("--ops: a subset of %s with start, compute and finish" % ",".join(cls.ops))
+        return cls(tree=args.tree, page_sizes=args.page_sizes, blocks=args.blocks, ops=args.ops,
+                   eviction_policy=args.eviction_policy, eviction_policy_config=args.eviction_policy_config,
+                   chunked_prefill_size=args.chunked_prefill_size)
+
+    def open(self, config):
+        if self.pool is not None and not self.pool[0] <= config["blocks"] <= self.pool[1]:
+            raise Outside("this run opens pools of %d to %d blocks, not %d" % (self.pool + (config["blocks"],)))
+        c = self.chunked_prefill_size
+        if c is not None and c > 0 and c % config["block_size"]:
+            raise Outside("sglang requires --chunked-prefill-size %d divisible by --page-size %d" % (c, config["block_size"]))
+        if config["hit"] != "leave_one":
+            raise Outside("sglang's scheduler leaves the last prompt token to compute (max_prefix_len = input_len - 1)")
+        self.radix = driver.RadixDriver(config["blocks"], config["block_size"], config["layers"], config["row_width"],
+                                        tree=self.tree, eviction_policy=self.eviction_policy,
+                                        eviction_policy_config=self.eviction_policy_config,
+                                        chunked_prefill_size=self.chunked_prefill_size)
+
+    def counts(self):
+        return self.radix.counts()
+
+    def start(self, request, tokens):
+        try:
+            return self.radix.start(request, tokens)
+        except driver.NoRoomError as error:
+            raise NoRoom(str(error))
+
+    def compute(self, request, first, rows):
+        self.radix.compute(request, first, rows)
+
+    def extend(self, request, tokens):
+        try:
+            self.radix.extend(request, tokens)
+        except driver.NoRoomError as error:
+            raise NoRoom(str(error))
+
+    def finish(self, request):
+        self.radix.finish(request)
+
+    def preempt(self, request):
+        self.radix.preempt(request)
+
+    def resume(self, request):
+        try:
+            return self.radix.resume(request)
+        except driver.NoRoomError as error:
+            raise NoRoom(str(error))
+
+    def read(self, request):
+        return self.radix.read(request, self.requests[request].computed)
+
+    def evict(self, count):
+        self.radix.evict(count)
+
+    def clear(self):
+        self.radix.clear()
+
+
+if __name__ == "__main__":
+    # kvcheck.serve_prefix: the protocol on the real stdout, anything else
+    # written there (sglang's logs, RadixCache.pretty_print) on stderr.
+    from kvcheck.serve_prefix import main
+
+    sys.exit(main(["%s:SglangRadixSubject" % os.path.abspath(__file__)] + sys.argv[1:]))
