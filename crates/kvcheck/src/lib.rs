@@ -102,7 +102,7 @@ pub fn check(factory: subject::Factory, settings: &CheckSettings) -> Result<Chec
 /// use candle_core::Device;
 /// use kvcache::PagedCache;
 /// use kvcheck::engine::prefix::check::PrefixFactory;
-/// use kvcheck::engine::prefix::subject::PrefixCapabilities;
+/// use kvcheck::subject::prefix::PrefixCapabilities;
 /// use kvcheck::CheckSettings;
 ///
 /// let factory = PrefixFactory {
@@ -119,7 +119,7 @@ pub fn check_prefix<C, F>(
     settings: &CheckSettings,
 ) -> Result<engine::prefix::check::PrefixChecked, engine::prefix::check::PrefixCheckFailure>
 where
-    C: engine::prefix::subject::PrefixSubjectCache,
+    C: subject::prefix::PrefixSubjectCache,
     F: FnMut(&kvmodel::prefix::PrefixConfig) -> Result<C, String>,
 {
     engine::prefix::check::check_prefix(factory, settings)

@@ -13,6 +13,7 @@ mod minimize;
 mod power;
 mod power_table;
 mod prefix;
+mod prefix_args;
 mod prefix_cmd;
 mod prefix_explain;
 mod prefix_explore;

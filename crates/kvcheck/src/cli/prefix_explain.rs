@@ -8,12 +8,12 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use kvcheck::engine::prefix::drive::Judge;
-use kvcheck::engine::prefix::subject::Steps;
 use kvcheck::engine::prefix::{self as family, PrefixDivergence};
 use kvcheck::settings::Settings;
+use kvcheck::subject::prefix::Steps;
 use kvmodel::prefix::{PrefixModel, PrefixTrace, Token};
 
-use super::prefix_cmd::PrefixSubjectArgs;
+use super::prefix_args::PrefixSubjectArgs;
 use super::CliError;
 
 /// `kvcheck prefix explain`.

@@ -8,7 +8,7 @@ use kvcheck::engine::prefix::explore::{default_configs, explore};
 use kvcheck::settings::Settings;
 use kvmodel::prefix::{HitRule, PrefixConfig};
 
-use super::prefix_cmd::{save_failure, PrefixSubjectArgs};
+use super::prefix_args::{save_failure, PrefixSubjectArgs};
 use super::CliError;
 
 /// `kvcheck prefix explore`.

@@ -13,9 +13,9 @@ use kvcache::{PagedCache, PrefixCache, PrefixCacheError};
 use kvmodel::prefix::{BlockCounts, PrefixConfig, PrefixEffect, PrefixOp, RequestId};
 use serde_json::{json, Value};
 
-use super::prefix_cmd::PrefixSubjectSpec;
+use super::prefix_args::PrefixSubjectSpec;
 use super::CliError;
-use kvcheck::engine::prefix::subject::PREFIX_OPS;
+use kvcheck::subject::prefix::PREFIX_OPS;
 use kvcheck::subject::PROTOCOL;
 
 /// One open cache, whichever kind.

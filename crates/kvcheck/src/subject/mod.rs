@@ -32,6 +32,7 @@ mod exec;
 mod factory;
 mod faults;
 pub mod guard;
+pub mod prefix;
 mod reference;
 mod shipped;
 

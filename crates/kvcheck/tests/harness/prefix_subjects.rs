@@ -9,8 +9,8 @@ use kvcache::fault::PrefixFault;
 use kvcheck::engine::prefix::campaign::{self, PagedSubject, PrefixRunSettings, PrefixSubject};
 use kvcheck::engine::prefix::drive::Judge;
 use kvcheck::engine::prefix::invariants::Invariant;
-use kvcheck::engine::prefix::subject::Steps;
 use kvcheck::engine::prefix::PrefixDivergenceKind;
+use kvcheck::subject::prefix::Steps;
 
 use crate::cli_support::{kvcheck, path, python_missing, scratch};
 
@@ -235,12 +235,12 @@ fn the_python_reference_prefix_subject_agrees_with_the_model() {
 
 /// The paged cache with `fault`, judged as a cache of `policy`.
 fn paged_factory(
-    policy: kvcheck::engine::prefix::subject::Policy,
+    policy: kvcheck::subject::prefix::Policy,
     fault: PrefixFault,
 ) -> kvcheck::engine::prefix::check::PrefixFactory<
     impl FnMut(&kvmodel::prefix::PrefixConfig) -> Result<kvcache::fault::FaultyPagedCache, String>,
 > {
-    use kvcheck::engine::prefix::subject::PrefixCapabilities;
+    use kvcheck::subject::prefix::PrefixCapabilities;
     kvcheck::engine::prefix::check::PrefixFactory {
         name: format!("paged {fault}"),
         capabilities: PrefixCapabilities {
@@ -257,7 +257,7 @@ fn paged_factory(
 #[test]
 fn check_prefix_passes_the_paged_cache_under_either_policy() {
     use kvcheck::engine::prefix::check::PrefixFactory;
-    use kvcheck::engine::prefix::subject::{Policy, PrefixCapabilities};
+    use kvcheck::subject::prefix::{Policy, PrefixCapabilities};
     for policy in [Policy::Contract, Policy::Own] {
         let factory = PrefixFactory {
             name: "paged".into(),
@@ -279,7 +279,7 @@ fn check_prefix_passes_the_paged_cache_under_either_policy() {
 
 #[test]
 fn check_prefix_fails_a_fault_saves_it_and_replays_it_alone() {
-    use kvcheck::engine::prefix::subject::Policy;
+    use kvcheck::subject::prefix::Policy;
     let dir = scratch("check-prefix-fault");
     let mut settings = kvcheck::CheckSettings::default().cases(3_000).seed(1);
     settings.failures = dir.clone();
@@ -320,7 +320,7 @@ fn prefix_power_prints_every_fault_under_both_judges_and_a_clean_control() {
 #[test]
 fn exploring_to_depth_six_passes_paged_and_catches_every_fault_under_both_judges() {
     use kvcheck::engine::prefix::explore::{default_configs, explore};
-    use kvcheck::engine::prefix::subject::PrefixCapabilities;
+    use kvcheck::subject::prefix::PrefixCapabilities;
     let configs = default_configs(&PrefixCapabilities::full());
     for judge in judges() {
         let report = explore(

@@ -15,7 +15,7 @@ use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestR
 use super::drive::{drive, Driven, Judge};
 use super::minimize::{minimize_driven, PrefixMinimizeError, PrefixMinimized};
 use super::strategy;
-use super::subject::{PrefixCapabilities, PrefixFailure, Steps};
+use crate::subject::prefix::{PrefixCapabilities, PrefixFailure, Steps};
 use crate::subject::ExecPrefixSubject;
 
 /// Why a case could not be driven at all.

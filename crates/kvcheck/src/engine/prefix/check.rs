@@ -10,8 +10,8 @@ use kvmodel::prefix::PrefixConfig;
 
 use super::campaign::{self, PrefixOpenError, PrefixRunReport, PrefixRunSettings, PrefixSubject};
 use super::drive::{drive, Driven, Judge};
-use super::subject::{PrefixCapabilities, PrefixSubjectCache, Steps};
 use crate::engine::check::{clock_seed, test_replay, CheckSettings, REPLAY_VAR};
+use crate::subject::prefix::{PrefixCapabilities, PrefixSubjectCache, Steps};
 
 /// A prefix cache type as the checks build it: a name, what it can
 /// express, and a constructor per config (an `Err` names why it could not

@@ -8,7 +8,7 @@ use kvmodel::prefix::{PrefixError, PrefixOp, PrefixOutcome, RequestId};
 
 use super::invariants::{Invariant, PrefixInvariants};
 use super::lockstep::{PrefixDivergence, PrefixDivergenceKind, PrefixLockstep};
-use super::subject::{Policy, PrefixSubjectCache, Steps};
+use crate::subject::prefix::{Policy, PrefixSubjectCache, Steps};
 
 /// Which judge decides.
 #[derive(Clone, Debug, PartialEq, Eq)]

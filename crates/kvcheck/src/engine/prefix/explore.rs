@@ -13,7 +13,7 @@ use kvmodel::prefix::{HitRule, PrefixConfig, PrefixModel, PrefixOp, RequestId, T
 use super::campaign::{PrefixCaseFailure, PrefixOpenError, PrefixSubject};
 use super::drive::Judge;
 use super::minimize::{minimize_driven, PrefixMinimizeError};
-use super::subject::{PrefixCapabilities, Steps};
+use crate::subject::prefix::{PrefixCapabilities, Steps};
 
 /// Request ids the explorer uses: a new request always takes the smallest
 /// free one, so that paths differing only in ids are one path.

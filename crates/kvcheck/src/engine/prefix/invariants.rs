@@ -19,7 +19,7 @@ use kvmodel::prefix::{
 };
 
 use super::lockstep::{PrefixDivergence, PrefixDivergenceKind};
-use super::subject::{PrefixFailure, PrefixSubjectCache};
+use crate::subject::prefix::{PrefixFailure, PrefixSubjectCache};
 
 /// An invariant of docs/contract.md §17 (and the refusal rule beside them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,7 +7,7 @@ use kvmodel::prefix::{
     check_rows, PrefixError, PrefixErrorKind, PrefixModel, PrefixOp, PrefixOutcome,
 };
 
-use super::subject::{PrefixFailure, PrefixSubjectCache};
+use crate::subject::prefix::{PrefixFailure, PrefixSubjectCache};
 
 /// What a prefix divergence is about, from the coarsest to the finest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

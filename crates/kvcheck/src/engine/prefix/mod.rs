@@ -28,7 +28,6 @@ pub mod lockstep;
 pub mod minimize;
 pub mod power;
 pub mod strategy;
-pub mod subject;
 
 use std::path::{Path, PathBuf};
 

@@ -8,7 +8,7 @@ use proptest::strategy::{BoxedStrategy, Union};
 
 use kvmodel::prefix::{HitRule, PrefixConfig, PrefixOp, Token};
 
-use super::subject::PrefixCapabilities;
+use crate::subject::prefix::PrefixCapabilities;
 
 /// Request ids drawn: few, so that ops meet the requests that exist; the
 /// prologue starts the first three.

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::process::{excerpt, Process};
-use crate::engine::prefix::subject::{
+use crate::subject::prefix::{
     Policy, PrefixCapabilities, PrefixFailure, PrefixSubjectCache, Steps, PREFIX_OPS,
 };
 use crate::subject::{SubjectFailure, PROTOCOL, STARTUP_TIMEOUT};
@@ -352,6 +352,15 @@ fn counted(answer: Answer, to: &str) -> Result<(Answer, BlockCounts), PrefixFail
         None => Err(PrefixFailure::Subject(format!(
             "the subject broke the protocol: its ok to {to} lacks in_use, cached or free"
         ))),
+    }
+}
+
+impl From<SubjectFailure> for PrefixFailure {
+    fn from(e: SubjectFailure) -> PrefixFailure {
+        match e {
+            SubjectFailure::Outside { reason } => PrefixFailure::Outside(reason),
+            other => PrefixFailure::Subject(other.to_string()),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use kvmodel::prefix::{BlockCounts, PrefixEffect, PrefixErrorKind, PrefixOp, Token};
 
 use super::{check_rows, Invariant, PrefixInvariants, Shadow};
-use crate::engine::prefix::subject::{PrefixFailure, PrefixSubjectCache};
+use crate::subject::prefix::{PrefixFailure, PrefixSubjectCache};
 
 type Broken = (Invariant, String, String);
 

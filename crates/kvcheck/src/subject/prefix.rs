@@ -1,4 +1,4 @@
-//! What the prefix engines drive: [`PrefixSubjectCache`], a prefix cache in
+//! What the prefix engines drive (`crate::engine::prefix`): [`PrefixSubjectCache`], a prefix cache in
 //! this process (every [`kvcache::PrefixCache`]) or in another one (an
 //! `exec:` subject, docs/subject-protocol.md "The prefix family"), with the
 //! answers a foreign cache can give besides the contract's ([`PrefixFailure`])
@@ -12,8 +12,6 @@ use kvmodel::prefix::{
     RequestId,
 };
 use serde::Deserialize;
-
-use crate::subject::SubjectFailure;
 
 /// Why a prefix subject did not answer an op with an effect.
 #[derive(Debug)]
@@ -62,15 +60,6 @@ impl From<PrefixCacheError> for PrefixFailure {
                 counts: None,
             },
             PrefixCacheError::Backend(e) => PrefixFailure::Subject(format!("tensor backend: {e}")),
-        }
-    }
-}
-
-impl From<SubjectFailure> for PrefixFailure {
-    fn from(e: SubjectFailure) -> PrefixFailure {
-        match e {
-            SubjectFailure::Outside { reason } => PrefixFailure::Outside(reason),
-            other => PrefixFailure::Subject(other.to_string()),
         }
     }
 }
