@@ -155,6 +155,18 @@ pub enum Steps {
     Whole,
 }
 
+impl Steps {
+    /// The order a subject that declares `self` is driven in when a
+    /// campaign asks for `asked`: a `whole` subject always gets whole
+    /// steps, a `free` one whichever is asked.
+    pub fn driven(self, asked: Steps) -> Steps {
+        match self {
+            Steps::Whole => Steps::Whole,
+            Steps::Free => asked,
+        }
+    }
+}
+
 /// The op names of docs/contract.md §15, in its order.
 pub const PREFIX_OPS: [&str; 11] = [
     "start", "compute", "extend", "fork", "rollback", "finish", "preempt", "resume", "read",

@@ -108,10 +108,7 @@ impl PrefixSubject for ExecPrefixSubject {
         steps: Steps,
         ops: &[PrefixOp],
     ) -> Result<Driven, PrefixOpenError> {
-        let steps = match ExecPrefixSubject::capabilities(self).steps {
-            Steps::Whole => Steps::Whole,
-            Steps::Free => steps,
-        };
+        let steps = ExecPrefixSubject::capabilities(self).steps.driven(steps);
         let cache = match self.open(config) {
             Ok(cache) => cache,
             Err(PrefixFailure::Outside(reason)) => return Err(PrefixOpenError::Outside(reason)),

@@ -47,10 +47,7 @@ where
         steps: Steps,
         ops: &[kvmodel::prefix::PrefixOp],
     ) -> Result<Driven, PrefixOpenError> {
-        let steps = match self.capabilities.steps {
-            Steps::Whole => Steps::Whole,
-            Steps::Free => steps,
-        };
+        let steps = self.capabilities.steps.driven(steps);
         let cache = (self.make)(config).map_err(|e| {
             PrefixOpenError::Setup(format!("{} could not be built: {e}", self.name))
         })?;
