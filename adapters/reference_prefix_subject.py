@@ -14,8 +14,13 @@ sealed blocks. It keeps §12-§15 exactly (policy "contract"), every op, both
 hit rules, any block size, and agrees op by op with the model
 (crates/kvmodel/src/prefix, `PrefixModel`).
 
-    python3 adapters/reference_prefix_subject.py
+    python3 adapters/reference_prefix_subject.py [--window [SIZE,...]] [--window-layers L,...]
     kvcheck prefix run --subject exec:'python3 adapters/reference_prefix_subject.py'
+
+`--window` opens only windowed configs (docs/contract.md §19): of the
+sizes listed (any size without a list), over the layers of
+`--window-layers` (every layer by default). The pool keeps every row, as
+the model does; a read of a windowed layer returns the window's rows.
 
 `kvcheck.prefix.PrefixSubject` (python/kvcheck/prefix.py) makes the §15
 argument checks and keeps the requests' tokens and computed counts
@@ -117,6 +122,36 @@ class ReferencePrefix(PrefixSubject):
     policy = "contract"
     steps = "free"
 
+    @classmethod
+    def from_args(cls, argv):
+        import argparse
+
+        def ints(text):
+            return [int(x) for x in text.split(",") if x]
+
+        parser = argparse.ArgumentParser(prog="reference_prefix_subject.py")
+        parser.add_argument("--window", nargs="?", const="", type=str, default=None,
+                            help="open only windowed configs, of these sizes (default any)")
+        parser.add_argument("--window-layers", type=ints, default=None,
+                            help="the windowed layers (default every layer)")
+        parser.add_argument("--free-behind-window", action="store_true",
+                            help="give up the blocks behind the window as compute passes them (policy own)")
+        parser.add_argument("--fault", choices=sorted(WindowFreeing.FAULTS), default=None,
+                            help="plant a fault (implies --free-behind-window)")
+        args = parser.parse_args(argv)
+        if args.free_behind_window or args.fault:
+            if args.window is None or args.window_layers is not None:
+                parser.error("--free-behind-window and --fault need --window over every layer")
+            subject = WindowFreeing(args.fault)
+        else:
+            subject = cls()
+        if args.window is not None:
+            sizes = ints(args.window) or None
+            subject.window = {"sizes": sizes, "layers": args.window_layers}
+        elif args.window_layers is not None:
+            parser.error("--window-layers needs --window")
+        return subject
+
     def open(self, config):
         self.pool = Pool(config["blocks"], config["block_size"])
         self.tables = {}  # running request -> its block table (block ids)
@@ -173,8 +208,8 @@ class ReferencePrefix(PrefixSubject):
         # block that already holds its prefix.
         for j in range((first + len(rows[0])) // b):
             blk = table[j]
-            if pool.prefix[blk] is not None:
-                continue
+            if blk is None or pool.prefix[blk] is not None:
+                continue  # given up behind a window, or sealed
             prefix = tuple(tokens[: (j + 1) * b])
             stored = pool.sealed.get(prefix)
             if stored is None:
@@ -197,7 +232,9 @@ class ReferencePrefix(PrefixSubject):
         last = table[-1] if table else None
         # The new tokens land in the last block only if it is partial, not
         # sealed and this request's alone; otherwise it is copied first.
-        copy = n % b != 0 and (pool.prefix[last] is not None or pool.refs[last] > 1)
+        # A block given up behind a window (None) is replaced the same
+        # way, with nothing to copy: its positions are behind the window.
+        copy = n % b != 0 and (last is None or pool.prefix[last] is not None or pool.refs[last] > 1)
         needed = blocks_for(n + len(tokens), b) - blocks_for(n, b) + int(copy)
         if needed > len(pool.free) + len(pool.cached):
             raise NoRoom("extend of request %d needs %d new blocks but only %d are free and %d cached"
@@ -207,15 +244,17 @@ class ReferencePrefix(PrefixSubject):
             new = fresh.pop(0)
             # The copy holds this request's positions of the block; the
             # old block (sealed or shared) is never written again.
-            pool.slots[new] = [row if i < n % b else None for i, row in enumerate(pool.slots[last])]
+            if last is not None:
+                pool.slots[new] = [row if i < n % b else None for i, row in enumerate(pool.slots[last])]
+                pool.release(last, self.index)
             table[-1] = new
-            pool.release(last, self.index)
         table.extend(fresh)
 
     def fork(self, request, into):
         self.tables[into] = list(self.tables[request])
         for blk in self.tables[into]:
-            self.pool.hold(blk)
+            if blk is not None:
+                self.pool.hold(blk)
 
     def rollback(self, request, count):
         table = self.tables[request]
@@ -225,11 +264,13 @@ class ReferencePrefix(PrefixSubject):
         dropped = table[blocks_for(kept, self.pool.b):]
         del table[blocks_for(kept, self.pool.b):]
         for blk in dropped:
-            self.pool.release(blk, self.index)
+            if blk is not None:
+                self.pool.release(blk, self.index)
 
     def release_all(self, request):
         for blk in self.tables.pop(request, []):
-            self.pool.release(blk, self.index)
+            if blk is not None:
+                self.pool.release(blk, self.index)
 
     def finish(self, request):
         self.release_all(request)  # a preempted request holds nothing
@@ -238,16 +279,26 @@ class ReferencePrefix(PrefixSubject):
         self.release_all(request)
 
     def read(self, request):
-        """The rows of the computed positions, gathered through the block table."""
+        """The rows of the computed positions, gathered through the block
+        table; a windowed layer's from the window's start (§19)."""
         pool, table, b = self.pool, self.tables[request], self.pool.b
         computed = self.requests[request].computed
+        window = self.config["window"]
+        windowed = set(window["layers"]) if window else set()
+        start = self.window_start(request)
         rows = [[] for _ in range(self.config["layers"])]
         for p in range(computed):
-            slot = pool.slots[table[p // b]][p % b]
+            if p < start and not (set(range(self.config["layers"])) - windowed):
+                continue  # behind the window of every layer: maybe given up
+            blk = table[p // b]
+            # A block given up behind the window reads as vLLM's null
+            # block does: zeros.
+            slot = pool.slots[blk][p % b] if blk is not None else [[0] * self.config["row_width"]] * self.config["layers"]
             if slot is None:
                 raise AssertionError("position %d of request %d was never written" % (p, request))
-            for layer, row in zip(rows, slot):
-                layer.append(row)
+            for layer, (kept, row) in enumerate(zip(rows, slot)):
+                if p >= start or layer not in windowed:
+                    kept.append(row)
         return rows
 
     def evict(self, count):
@@ -255,6 +306,41 @@ class ReferencePrefix(PrefixSubject):
 
     def clear(self):
         self.pool.evict(len(self.pool.cached))
+
+
+class WindowFreeing(ReferencePrefix):
+    """The reference pool with a sliding window over every layer that gives
+    up, as compute passes them, the blocks wholly behind a request's window
+    (docs/contract.md §19), as vLLM's sliding-window manager does: a sealed
+    one is cached, any other freed, and the table keeps a hole (None) where
+    it was. Its counts are no longer the model's (the model keeps every
+    block), so it declares policy "own" and is judged by the invariants.
+
+    FAULTS: `frees-window-start` gives up one block too many, the one that
+    holds the window's first position once it is full, the off-by-one of
+    counting the window's keys from the query itself; a read of that
+    position then finds the hole, read as zeros (vLLM's null block)."""
+
+    FAULTS = {"frees-window-start"}
+    policy = "own"
+
+    def __init__(self, fault=None):
+        self.fault = fault
+        if fault:
+            self.name = "%s, fault %s" % (self.name, fault)
+
+    def compute(self, request, first, rows):
+        super().compute(request, first, rows)
+        record, b = self.requests[request], self.pool.b
+        computed = first + len(rows[0])
+        reached = max(record.reached, computed)
+        start = min(computed, max(0, reached - self.config["window"]["size"] + 1))
+        limit = start + 1 if self.fault == "frees-window-start" else start
+        table = self.tables[request]
+        for j in range(min(limit, computed) // b):
+            if table[j] is not None:
+                self.pool.release(table[j], self.index)
+                table[j] = None
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ ADAPTERS = os.path.dirname(HERE)
 ROOT = os.path.dirname(ADAPTERS)
 reference = load_module(ADAPTERS, "reference_prefix_subject")
 
-HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 5, "family": "prefix"}}
+HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
 
 
 def doc_example():

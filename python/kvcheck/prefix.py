@@ -1,7 +1,7 @@
 """`kvcheck.prefix.PrefixSubject`: a prefix cache as a kvcheck-subject/1 process.
 
 The prefix family of the protocol (docs/subject-protocol.md, "The prefix
-family", revision 5) checks a cache of docs/contract.md Part II: a pool of
+family", revisions 5 and 6) checks a cache of docs/contract.md Part II: a pool of
 blocks shared by requests through their common token prefixes (vLLM's
 block pool, sglang's radix tree). A subclass implements the cache's
 operations; this module owns the rest: the handshake, the config's rules,
@@ -47,22 +47,26 @@ What the base class guarantees a hook (the subclass API, stable):
   no tokens, `rollback` of 0, `evict` of 0) calls no hook: the answer is
   the counts.
 - Inside a hook, `self.requests[r]` is request `r` as it was before the
-  op (`Request(tokens, computed, preempted)`, read-only), `self.config`
+  op (`Request(tokens, computed, preempted, reached)`, read-only; `reached`
+  is the most it computed since its start or last resume), `self.config`
   the open config (every field filled in: `variant`, `blocks`,
-  `block_size`, `layers`, `row_width`, `hit`, `seed`) and `self.index` the
+  `block_size`, `layers`, `row_width`, `hit`, `seed`, `window`: None or
+  `{"size": W, "layers": [...]}` with the layers sorted) and `self.index` the
   op's index in the case (the time stamp of §14; None in `open` and
   `read` probes). After a hook succeeds the base updates the record:
   start `tokens = t, computed = hit`; compute `computed += k`; extend
   `tokens += u`; fork a copy; rollback drops the last `k` tokens and
   `computed = min(computed, n)`; finish deletes; preempt `computed = 0`,
-  preempted; resume `computed = hit`, running.
+  preempted; resume `computed = hit`, running; `reached` follows the
+  largest `computed` since the start or resume.
 - `compute(request, first, rows)` gets the payload (docs/contract.md §16)
   of positions `[first, first + len(rows[0]))`, laid out
   `[layer][position][dim]` as u32 bit patterns of f32 values
   (`payload_bits`): a cache on tensors converts them to its dtype (the
   values are exact in f32, f16 and bf16).
 - `read(request)` returns the rows of positions `[0, computed)`,
-  `[layer][position][dim]`: nested sequences of u32 bit patterns (ints) or
+  and for a windowed layer (docs/contract.md §19) those of
+  `[self.window_start(request), computed)` only, `[layer][position][dim]`: nested sequences of u32 bit patterns (ints) or
   of float values (floats, numpy/torch arrays of any float dtype, which
   are converted to f32), or the little-endian f32 bytes themselves.
   They are sent as they are; kvcheck judges them.
@@ -77,6 +81,11 @@ it opens), `policy` ("own": its library's accounting and eviction order,
 judged by the invariants of §17; "contract": §12-§15 exactly, judged op by
 op against the model), `steps` ("free": ops in any order; "whole": every
 allocating op is followed by a compute of every uncomputed token).
+`window` (None: it opens no window; or `{"sizes": [W, ...] or None,
+"layers": [l, ...] or None}`: every config it opens carries a window of
+one of those sizes over those layers, docs/contract.md §19) and `groups`
+(None: the default; or `{"full": a, "window": b}`, the block tables of
+each kind one request holds in the one pool).
 
 Exceptions: `NoRoom(message)` is the `no_room` refusal; `Refused(kind,
 message)` with another op kind of §15 is that refusal; `Outside(reason)`
@@ -95,8 +104,10 @@ from dataclasses import dataclass
 
 from .subject import PROTOCOL, AdapterError, Outside, Refused, exception
 
-# The revision of kvcheck-subject/1 that adds the prefix family.
-REVISION = 5
+# The revision of kvcheck-subject/1 this module speaks: 5 added the prefix
+# family, 6 its windows (the `window` config field, the `window` and
+# `groups` capabilities).
+REVISION = 6
 FAMILY = "prefix"
 
 # docs/contract.md §15, in the contract's order.
@@ -144,8 +155,10 @@ OP_FIELDS = {
 
 # The config of kvtrace/1 (docs/kvtrace.md "Prefix caches") with its
 # defaults; `blocks` has none.
-CONFIG_DEFAULTS = {"variant": "prefix", "block_size": 1, "layers": 1, "row_width": 1, "hit": "leave_one", "seed": 0}
-CONFIG_FIELDS = ("variant", "blocks", "block_size", "layers", "row_width", "hit", "seed")
+CONFIG_DEFAULTS = {"variant": "prefix", "block_size": 1, "layers": 1, "row_width": 1, "hit": "leave_one", "seed": 0,
+                   "window": None}
+CONFIG_FIELDS = ("variant", "blocks", "block_size", "layers", "row_width", "hit", "seed", "window")
+WINDOW_FIELDS = ("size", "layers")
 
 # ---------------------------------------------------------------------------
 # The payload rule (docs/contract.md §16), bit for bit: crates/kvmodel's
@@ -254,6 +267,9 @@ class Request:
     tokens: list
     computed: int
     preempted: bool = False
+    # The most it has computed since its start or last resume (a fork
+    # copies it): where a window's start stands (docs/contract.md §19).
+    reached: int = 0
 
 
 class NoRoom(Refused):
@@ -278,6 +294,8 @@ class PrefixSubject:
     block_sizes = None
     policy = "own"
     steps = "free"
+    window = None
+    groups = None
 
     # Set by the base: the open config, the op's index, the record.
     config = None
@@ -346,14 +364,30 @@ class PrefixSubject:
             return [op for op in OPS if op in self.ops]
         return [op for op in OPS if defines(self, op)]
 
-    def capabilities(self):
-        """The `hello` capabilities (docs/subject-protocol.md, the prefix family)."""
+    def capabilities(self, revision=REVISION):
+        """The `hello` capabilities (docs/subject-protocol.md, the prefix
+        family); `window` and `groups` only to a harness of revision 6 or
+        later (an older one refuses fields it does not know)."""
         caps = {"ops": self.declared_ops(), "hit": list(self.hit)}
         if self.block_sizes is not None:
             caps["block_sizes"] = [int(b) for b in self.block_sizes]
         caps["policy"] = self.policy
         caps["steps"] = self.steps
+        if self.window is not None and revision >= 6:
+            caps["window"] = {k: (None if v is None else [int(x) for x in v]) for k, v in self.window.items()}
+        if self.groups is not None and revision >= 6:
+            caps["groups"] = {k: int(v) for k, v in self.groups.items()}
         return caps
+
+    def window_start(self, request):
+        """Where request `request`'s window starts (docs/contract.md §19):
+        a windowed layer's read returns the rows of positions
+        `[window_start, computed)`; 0 without a window."""
+        record = self.requests[request]
+        window = self.config["window"]
+        if window is None:
+            return 0
+        return min(record.computed, max(0, record.reached - window["size"] + 1))
 
     def validate(self):
         """Checks the declarations; ValueError names a bad one."""
@@ -376,6 +410,7 @@ class PrefixSubject:
             raise ValueError("%s.policy = %r: expected one of %s" % (cls, self.policy, ", ".join(POLICIES)))
         if self.steps not in STEPS:
             raise ValueError("%s.steps = %r: expected one of %s" % (cls, self.steps, ", ".join(STEPS)))
+        _check_window_caps(cls, self.window, self.groups)
         # read() too: kvcheck probes every running request after every op.
         for method in ("open", "counts", "read"):
             if not defines(self, method):
@@ -407,6 +442,9 @@ class PrefixSubject:
                 "block size %d is not opened by %s (block_sizes: %s)"
                 % (config["block_size"], self._name(), ", ".join(str(b) for b in self.block_sizes))
             )
+        why = self._window_outside(config["window"])
+        if why:
+            raise Outside(why)
         self.config = config
         try:
             self.open(dict(config))
@@ -414,6 +452,20 @@ class PrefixSubject:
             self.config = None
             raise
         return self._counts()
+
+    def _window_outside(self, window):
+        """Why the capabilities do not open `window` (a normalized config's),
+        or None."""
+        if self.window is None:
+            return None if window is None else "%s opens no window" % self._name()
+        if window is None:
+            return "%s opens only windowed configs (window: %s)" % (self._name(), json.dumps(self.window))
+        sizes, layers = self.window.get("sizes"), self.window.get("layers")
+        if sizes is not None and window["size"] not in sizes:
+            return "window size %d is not opened by %s (sizes: %s)" % (window["size"], self._name(), json.dumps(sizes))
+        if layers is not None and window["layers"] != sorted(layers):
+            return "windowed layers %s are not %s's (%s)" % (json.dumps(window["layers"]), self._name(), json.dumps(sorted(layers)))
+        return None
 
     def _name(self):
         return self.name or type(self).__name__
@@ -509,7 +561,7 @@ class PrefixSubject:
         if op == "start":
             answer, hit = self._hit(self.start(r, list(a["tokens"])), len(a["tokens"]))
             effect["hit"] = answer
-            self.requests[r] = Request(list(a["tokens"]), hit, False)
+            self.requests[r] = Request(list(a["tokens"]), hit, False, hit)
         elif op == "compute":
             k = a["count"]
             if k > 0:
@@ -518,13 +570,14 @@ class PrefixSubject:
                 rows = payload_bits(cfg["seed"], record.tokens, cfg["layers"], cfg["row_width"], first, k)
                 self.compute(r, first, rows)
                 record.computed = first + k
+                record.reached = max(record.reached, record.computed)
         elif op == "extend":
             if a["tokens"]:
                 self.extend(r, list(a["tokens"]))
                 record.tokens = record.tokens + list(a["tokens"])
         elif op == "fork":
             self.fork(r, a["into"])
-            self.requests[a["into"]] = Request(list(record.tokens), record.computed, False)
+            self.requests[a["into"]] = Request(list(record.tokens), record.computed, False, record.reached)
         elif op == "rollback":
             k = a["count"]
             if k > 0:
@@ -537,11 +590,11 @@ class PrefixSubject:
             del self.requests[r]
         elif op == "preempt":
             self.preempt(r)
-            record.computed, record.preempted = 0, True
+            record.computed, record.preempted, record.reached = 0, True, 0
         elif op == "resume":
             answer, hit = self._hit(self.resume(r), len(record.tokens))
             effect["hit"] = answer
-            record.computed, record.preempted = hit, False
+            record.computed, record.preempted, record.reached = hit, False, hit
         elif op == "read":
             effect["read"] = record.computed
             effect["rows"] = base64.b64encode(rows_bytes(self.read(r))).decode("ascii")
@@ -559,6 +612,55 @@ class PrefixSubject:
         self.index = None
         record = self._check("read", {"request": r})
         return {"read": record.computed, "rows": base64.b64encode(rows_bytes(self.read(r))).decode("ascii")}
+
+
+def normalized_window(window, layers):
+    """A config's `window` (docs/contract.md §19) with its layers filled in
+    (every layer by default) and sorted; None for none. Refused
+    ("invalid_config") names what breaks the rules: a size of at least 1,
+    and distinct layers below `layers`."""
+    if window is None:
+        return None
+    if not isinstance(window, dict):
+        raise Refused("invalid_config", "window must be an object {size, layers}, got %s" % _short(window))
+    for field in window:
+        if field not in WINDOW_FIELDS:
+            raise Refused("invalid_config", "window.%s is not a field of a window (size, layers)" % field)
+    size = window.get("size")
+    if not _count_ok(size) or size < 1:
+        raise Refused("invalid_config", "window.size must be at least 1, got %s" % json.dumps(size))
+    chosen = window.get("layers")
+    if chosen is None:
+        chosen = list(range(layers))
+    if not isinstance(chosen, list) or not chosen or not all(_count_ok(l) for l in chosen):
+        raise Refused("invalid_config", "window.layers must be a non-empty list of layers, got %s" % _short(chosen))
+    if len(set(chosen)) != len(chosen) or not all(0 <= l < layers for l in chosen):
+        raise Refused(
+            "invalid_config", "window.layers %s must be distinct layers below layers = %d" % (json.dumps(chosen), layers)
+        )
+    return {"size": size, "layers": sorted(chosen)}
+
+
+def _check_window_caps(cls, window, groups):
+    """ValueError naming a malformed `window` or `groups` declaration."""
+    if window is not None:
+        if not isinstance(window, dict) or not set(window) <= {"sizes", "layers"}:
+            raise ValueError("%s.window = %r: expected None or {'sizes': [...] or None, 'layers': [...] or None}" % (cls, window))
+        for key in ("sizes", "layers"):
+            value = window.get(key)
+            low = 1 if key == "sizes" else 0
+            if value is not None and (
+                isinstance(value, str) or not value or not all(_count_ok(v) and v >= low for v in value)
+            ):
+                raise ValueError("%s.window[%r] = %r: expected None or a non-empty list of ints >= %d" % (cls, key, value, low))
+    if groups is not None:
+        if (
+            not isinstance(groups, dict)
+            or not set(groups) <= {"full", "window"}
+            or not all(_count_ok(v) and v >= 0 for v in groups.values())
+            or sum(groups.values()) < 1
+        ):
+            raise ValueError("%s.groups = %r: expected {'full': a, 'window': b}, counts >= 0, one at least" % (cls, groups))
 
 
 def defines(subject, method):
@@ -589,6 +691,7 @@ def normalized_config(config):
     seed = config["seed"]
     if not _count_ok(seed) or not 0 <= seed < (1 << 64):
         raise Refused("invalid_config", "seed must be an integer in [0, 2^64), got %s" % json.dumps(seed))
+    config["window"] = normalized_window(config["window"], config["layers"])
     elements = config["blocks"] * config["block_size"] * config["layers"] * config["row_width"]
     if elements > MAX_POOL_ELEMENTS:
         raise Refused(
@@ -690,7 +793,7 @@ class PrefixSession:
                     "protocol": PROTOCOL,
                     "name": s._name(),
                     "family": FAMILY,
-                    "capabilities": s.capabilities(),
+                    "capabilities": s.capabilities(self.revision),
                 }
             }
         if "close" in request:

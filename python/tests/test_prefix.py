@@ -35,7 +35,7 @@ try:
 except ImportError:
     numpy = None
 
-HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 5, "family": "prefix"}}
+HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
 
 
 def config(**fields):
@@ -324,7 +324,8 @@ class Open(unittest.TestCase):
         s = Session(cfg={"variant": "prefix", "blocks": 3})
         self.assertEqual(s.opened, {"ok": {"in_use": 0, "cached": 0, "free": 3}})
         self.assertEqual(s.subject.config, {"variant": "prefix", "blocks": 3, "block_size": 1, "layers": 1,
-                                            "row_width": 1, "hit": "leave_one", "seed": 0})
+                                            "row_width": 1, "hit": "leave_one", "seed": 0,
+                                            "window": None})
         self.assertEqual(s.subject.requests, {})
 
     def test_invalid_configs_name_the_field(self):
@@ -394,11 +395,11 @@ class Ops(unittest.TestCase):
         self.assertEqual((ok["read"], decode(ok["rows"])), (3, flat(payload_bits(0, [1, 2, 3], 2, 2))))
         self.assertEqual(s.read(0), {"ok": {"read": 3, "rows": ok["rows"]}})
         self.assertEqual(s.op({"fork": {"request": 0, "into": 5}})["ok"]["in_use"], 4)
-        self.assertEqual(s.subject.requests[5], Request([1, 2, 3], 3, False))
+        self.assertEqual(s.subject.requests[5], Request([1, 2, 3], 3, False, 3))
         s.op({"extend": {"request": 5, "tokens": [4, 5]}})
-        self.assertEqual(s.subject.requests[5], Request([1, 2, 3, 4, 5], 3, False))
+        self.assertEqual(s.subject.requests[5], Request([1, 2, 3, 4, 5], 3, False, 3))
         s.op({"rollback": {"request": 5, "count": 3}})
-        self.assertEqual(s.subject.requests[5], Request([1, 2], 2, False))
+        self.assertEqual(s.subject.requests[5], Request([1, 2], 2, False, 3))
         s.op({"preempt": {"request": 5}})
         self.assertEqual(s.subject.requests[5], Request([1, 2], 0, True))
         self.assertEqual(s.op({"resume": {"request": 5}})["ok"]["hit"], 0)
@@ -473,7 +474,7 @@ class Ops(unittest.TestCase):
         for op, kind in self.REFUSALS:
             with self.subTest(op=op):
                 s = self.state()
-                requests = {r: Request(list(q.tokens), q.computed, q.preempted) for r, q in s.subject.requests.items()}
+                requests = {r: Request(list(q.tokens), q.computed, q.preempted, q.reached) for r, q in s.subject.requests.items()}
                 calls = len(s.subject.calls)
                 err = s.op(op)["err"]
                 self.assertEqual(err["kind"], kind)
@@ -642,6 +643,87 @@ class Served(unittest.TestCase):
         self.assertEqual(process.returncode, 2)
         self.assertIn("is not a kvcheck.prefix.PrefixSubject subclass", process.stderr)
 
+
+
+class WindowedNaive(Naive):
+    """Naive with a window over layer 1 of two: reads it from the window's start."""
+
+    window = {"sizes": [2, 3], "layers": [1]}
+    groups = {"full": 1, "window": 1}
+
+    def read(self, request):
+        computed, start = self.requests[request].computed, self.window_start(request)
+        return [[self.rows[request][p][layer] for p in range(start if layer == 1 else 0, computed)]
+                for layer in range(self.config["layers"])]
+
+
+class Windows(unittest.TestCase):
+    """docs/contract.md §19 in the base: the config's window, the hello's
+    declarations, where a window starts, and the configs outside them."""
+
+    def windowed(self, size=2, layers=(1,)):
+        return config(layers=2, row_width=1, window={"size": size, "layers": list(layers)})
+
+    def test_the_hello_declares_window_and_groups_to_revision_six_only(self):
+        s = Session(WindowedNaive(), self.windowed())
+        caps = s.hello["hello"]["capabilities"]
+        self.assertEqual(caps["window"], {"sizes": [2, 3], "layers": [1]})
+        self.assertEqual(caps["groups"], {"full": 1, "window": 1})
+        old = PrefixSession(WindowedNaive()).handle({"hello": dict(HELLO["hello"], revision=5)})
+        self.assertNotIn("window", old["hello"]["capabilities"])
+        self.assertNotIn("groups", old["hello"]["capabilities"])
+
+    def test_a_window_that_breaks_a_rule_is_invalid_config_naming_it(self):
+        cases = [
+            ({"size": 0}, "window.size must be at least 1, got 0"),
+            ({"size": 2, "layers": []}, "window.layers must be a non-empty list"),
+            ({"size": 2, "layers": [2]}, "must be distinct layers below layers = 2"),
+            ({"size": 2, "layers": [1, 1]}, "must be distinct layers below layers = 2"),
+            ({"size": 2, "depth": 1}, "window.depth is not a field of a window"),
+            (3, "window must be an object"),
+        ]
+        for window, message in cases:
+            with self.subTest(window=window):
+                err = Session(cfg=config(layers=2, window=window)).opened["err"]
+                self.assertEqual(err["kind"], "invalid_config")
+                self.assertIn(message, err["message"])
+
+    def test_configs_its_windows_do_not_open_are_outside(self):
+        cases = [
+            (Naive(), self.windowed(), "opens no window"),
+            (WindowedNaive(), config(layers=2), "opens only windowed configs"),
+            (WindowedNaive(), self.windowed(size=4), "window size 4 is not opened"),
+            (WindowedNaive(), self.windowed(layers=(0, 1)), "windowed layers [0, 1] are not"),
+        ]
+        for subject, cfg, message in cases:
+            with self.subTest(message=message):
+                self.assertIn(message, Session(subject, cfg).opened["outside"]["reason"])
+
+    def test_the_window_starts_at_the_most_reached_and_a_read_returns_it(self):
+        s = Session(WindowedNaive(), self.windowed(size=2))
+        self.assertEqual(s.subject.config["window"], {"size": 2, "layers": [1]})
+        s.op({"start": {"request": 0, "tokens": [1, 2, 3, 4]}})
+        s.op({"compute": {"request": 0, "count": 4}})
+        self.assertEqual(s.subject.window_start(0), 3)
+        rows = payload_bits(0, [1, 2, 3, 4], 2, 1)
+        self.assertEqual(decode(s.read(0)["ok"]["rows"]), flat([rows[0], rows[1][3:]]))
+        # A rollback keeps the most reached: the window is empty there.
+        s.op({"rollback": {"request": 0, "count": 2}})
+        self.assertEqual((s.subject.requests[0].reached, s.subject.window_start(0)), (4, 2))
+        self.assertEqual(decode(s.read(0)["ok"]["rows"]), flat([rows[0][:2], []]))
+        s.op({"fork": {"request": 0, "into": 1}})
+        self.assertEqual(s.subject.requests[1].reached, 4)
+        s.op({"preempt": {"request": 1}})
+        s.op({"resume": {"request": 1}})
+        self.assertEqual((s.subject.requests[1].reached, s.subject.window_start(1)), (0, 0))
+
+    def test_bad_window_declarations_are_named(self):
+        for window, groups in [({"sizes": []}, None), ({"sizes": [0]}, None), ({"layer": [1]}, None),
+                               (None, {"full": 0}), (None, {"full": -1, "window": 2}), (None, {"swa": 1})]:
+            subject = Minimal()
+            subject.window, subject.groups = window, groups
+            with self.subTest(window=window, groups=groups), self.assertRaises(ValueError):
+                subject.validate()
 
 if __name__ == "__main__":
     unittest.main()

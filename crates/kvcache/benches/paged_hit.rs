@@ -45,6 +45,7 @@ fn config() -> PrefixConfig {
         row_width: WIDTH,
         hit: HitRule::LeaveOne,
         seed: 0,
+        window: None,
     }
 }
 

@@ -68,7 +68,7 @@ impl<C: PrefixCache> Lockstep<C> {
                 continue;
             }
             let rows = read.map_err(|e| at(format!("read of r{id}: {e}")))?;
-            check_rows(&config, &r.tokens()[..r.computed()], &rows)
+            check_rows(&config, &r.tokens()[..r.computed()], 0, &rows)
                 .map_err(|e| at(format!("r{id}: {e}")))?;
         }
         Ok(expected.into())

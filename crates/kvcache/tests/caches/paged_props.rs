@@ -37,6 +37,7 @@ pub fn configs() -> impl Strategy<Value = PrefixConfig> {
                     HitRule::LeaveOne
                 },
                 seed,
+                window: None,
             },
         )
 }

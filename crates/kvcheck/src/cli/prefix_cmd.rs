@@ -91,6 +91,12 @@ pub struct RunArgs {
     /// Most runs the minimizer spends on the failure.
     #[arg(long, default_value_t = 2_000)]
     max_tests: usize,
+    /// Draw a sliding window (docs/contract.md §19) on every config, over
+    /// every layer or the last one, for a subject that opens any window
+    /// (`paged`, `fault:NAME`); a subject that declares its windows always
+    /// gets them.
+    #[arg(long)]
+    windows: bool,
     /// Directory for the failure's trace [default: target/kvcheck-failures
     /// in a checkout of kvcheck, else kvcheck-failures].
     #[arg(long)]
@@ -132,6 +138,7 @@ fn run_campaign(args: RunArgs, settings: &Settings) -> Result<(), CliError> {
         max_ops: args.max_ops,
         judge: args.subject.judge()?,
         max_tests: args.max_tests,
+        windows: args.windows,
     };
     let mut subject = args.subject.open(settings)?;
     let bar = ProgressBar::with_draw_target(run_settings.cases, ProgressDrawTarget::stderr());

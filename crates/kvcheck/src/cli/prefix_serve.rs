@@ -93,6 +93,12 @@ fn answer(spec: &PrefixSubjectSpec, open: &mut Option<Open>, request: &Value) ->
                 return Some(json!({"err": {"kind": "invalid_config", "message": e.to_string()}}))
             }
         };
+        if config.window.is_some() {
+            // Its hello declares no window: a read would have to know where
+            // each request's window stands, which only the harness's record
+            // keeps here.
+            return Some(json!({"outside": {"reason": "kvcheck prefix serve opens no window"}}));
+        }
         let made = match spec {
             PrefixSubjectSpec::Fault(f) => {
                 FaultyPagedCache::new(&config, &Device::Cpu, *f).map(Open::Faulty)

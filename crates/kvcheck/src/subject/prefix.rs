@@ -12,6 +12,7 @@ use kvmodel::prefix::{
     RequestId,
 };
 use serde::Deserialize;
+use serde::Serialize;
 
 /// Why a prefix subject did not answer an op with an effect.
 #[derive(Debug)]
@@ -96,9 +97,19 @@ pub trait PrefixSubjectCache {
     /// The counts after the last op (its effect's, or those a refusal
     /// reported).
     fn counts(&self) -> BlockCounts;
-    /// The rows of `request`'s computed positions as f32 values laid out
-    /// `[layer][position][dim]`; changes nothing.
-    fn probe(&mut self, request: RequestId) -> Result<Vec<f32>, PrefixFailure>;
+    /// The rows a read of `request` returns as f32 values laid out
+    /// `[layer][position][dim]`: every computed position's, a windowed
+    /// layer's from `window_start` on (docs/contract.md §19; the start the
+    /// harness's record gives, which a process computes for itself);
+    /// changes nothing.
+    fn probe(&mut self, request: RequestId, window_start: usize)
+        -> Result<Vec<f32>, PrefixFailure>;
+    /// The block tables one request holds in the pool
+    /// (docs/subject-protocol.md, `groups`): what bounds the blocks an op
+    /// may need. The default is the config's ([`Groups::of`]).
+    fn groups(&self) -> Groups {
+        Groups::of(self.config())
+    }
     /// The cache's own invariants; an external one has none to offer.
     fn audit(&self) -> Result<(), String> {
         Ok(())
@@ -118,8 +129,17 @@ impl<C: PrefixCache> PrefixSubjectCache for C {
         PrefixCache::counts(self)
     }
 
-    fn probe(&mut self, request: RequestId) -> Result<Vec<f32>, PrefixFailure> {
-        Ok(self.read_values(request)?)
+    fn probe(
+        &mut self,
+        request: RequestId,
+        window_start: usize,
+    ) -> Result<Vec<f32>, PrefixFailure> {
+        // The shipped caches keep every row: a window only narrows what a
+        // read returns.
+        let all = self.read_values(request)?;
+        let config = PrefixCache::config(self);
+        let computed = all.len() / (config.layers * config.row_width).max(1);
+        Ok(config.window_rows(&all, computed, window_start))
     }
 
     fn audit(&self) -> Result<(), String> {
@@ -173,6 +193,80 @@ pub const PREFIX_OPS: [&str; 11] = [
     "evict", "clear",
 ];
 
+/// The block tables one request of a prefix subject holds, each allocating
+/// from the one pool of `N` blocks (vLLM's KV cache groups: a hybrid model
+/// with full-attention and sliding-window layers holds one table of each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Groups {
+    /// Tables of full-attention layers.
+    #[serde(default)]
+    pub full: usize,
+    /// Tables of windowed layers (docs/contract.md §19).
+    #[serde(default)]
+    pub window: usize,
+}
+
+impl Groups {
+    /// The default for `config`: one table, windowed when every layer is;
+    /// a full and a windowed one when only some are.
+    pub fn of(config: &PrefixConfig) -> Groups {
+        match &config.window {
+            None => Groups { full: 1, window: 0 },
+            Some(w) if w.layers.len() == config.layers => Groups { full: 0, window: 1 },
+            Some(_) => Groups { full: 1, window: 1 },
+        }
+    }
+
+    /// Tables in all.
+    pub fn total(self) -> usize {
+        self.full + self.window
+    }
+}
+
+/// The windows a prefix subject opens (docs/contract.md §19).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WindowCaps {
+    /// No window: every config it opens reads every position.
+    None,
+    /// Any window or none: the shipped paged cache, which keeps every row.
+    Any,
+    /// Every config carries a window of one of `sizes` (`None`: any) over
+    /// `layers` (`None`: every layer).
+    Fixed {
+        /// The window sizes it opens.
+        sizes: Option<Vec<usize>>,
+        /// The windowed layers.
+        layers: Option<Vec<usize>>,
+    },
+}
+
+impl WindowCaps {
+    /// Why these capabilities do not open `config`'s window, if they do not.
+    pub fn refuses(&self, config: &PrefixConfig) -> Option<String> {
+        match (self, &config.window) {
+            (WindowCaps::Any, _) | (WindowCaps::None, None) => None,
+            (WindowCaps::None, Some(_)) => Some("it opens no window".into()),
+            (WindowCaps::Fixed { .. }, None) => Some("it opens only windowed configs".into()),
+            (WindowCaps::Fixed { sizes, layers }, Some(w)) => {
+                if sizes.as_ref().is_some_and(|s| !s.contains(&w.size)) {
+                    return Some(format!("it opens window sizes {sizes:?}, not {}", w.size));
+                }
+                let want = match layers {
+                    Some(l) => {
+                        let mut l = l.clone();
+                        l.sort_unstable();
+                        l
+                    }
+                    None => (0..config.layers).collect(),
+                };
+                (want != w.layers)
+                    .then(|| format!("its windowed layers are {want:?}, not {:?}", w.layers))
+            }
+        }
+    }
+}
+
 /// What a prefix subject can express; the engines draw nothing else.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefixCapabilities {
@@ -186,6 +280,11 @@ pub struct PrefixCapabilities {
     pub policy: Policy,
     /// The order of ops it accepts.
     pub steps: Steps,
+    /// The windows it opens.
+    pub window: WindowCaps,
+    /// The block tables one request holds; `None`: [`Groups::of`] the
+    /// config.
+    pub groups: Option<Groups>,
 }
 
 impl PrefixCapabilities {
@@ -198,6 +297,8 @@ impl PrefixCapabilities {
             block_sizes: None,
             policy: Policy::Contract,
             steps: Steps::Free,
+            window: WindowCaps::Any,
+            groups: None,
         }
     }
 
@@ -211,6 +312,9 @@ impl PrefixCapabilities {
     pub fn unsupported(&self, config: &PrefixConfig, ops: &[PrefixOp]) -> Option<String> {
         if !self.hit.contains(&config.hit) {
             return Some(format!("it opens no config with hit {:?}", config.hit));
+        }
+        if let Some(why) = self.window.refuses(config) {
+            return Some(why);
         }
         if let Some(sizes) = &self.block_sizes {
             if !sizes.contains(&config.block_size) {

@@ -18,6 +18,7 @@ mod one_call;
 mod power_scale;
 mod prefix;
 mod prefix_subjects;
+mod prefix_windows;
 mod relations;
 mod reproduce;
 mod scale;

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::prefix::error::PrefixError;
+use crate::prefix::window::Window;
 
 /// The largest number of payload elements a pool may hold (docs/contract.md
 /// §11, the size rule): `N · B · L · D ≤ 2^31`, the same bound as the
@@ -74,6 +75,9 @@ pub struct PrefixConfig {
     /// Seed of the payload (docs/contract.md §16): the same seed gives the
     /// same rows, another seed other rows.
     pub seed: u64,
+    /// The sliding window over some layers, if any (docs/contract.md §19):
+    /// it changes only what a read of those layers returns.
+    pub window: Option<Window>,
 }
 
 impl PrefixConfig {
@@ -88,6 +92,7 @@ impl PrefixConfig {
             row_width: 1,
             hit: HitRule::LeaveOne,
             seed: 0,
+            window: None,
         }
     }
 
@@ -115,6 +120,9 @@ impl PrefixConfig {
         let elements = [self.block_size, self.layers, self.row_width]
             .into_iter()
             .fold(self.blocks as u64, |acc, v| acc.saturating_mul(v as u64));
+        if let Some(window) = &self.window {
+            window.check(self.layers)?;
+        }
         if elements > MAX_POOL_ELEMENTS {
             return Err(PrefixError::InvalidConfig {
                 field: "blocks",
@@ -158,6 +166,8 @@ struct RawPrefixConfig {
     hit: HitRule,
     #[serde(default)]
     seed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    window: Option<Window>,
 }
 
 fn field(name: &'static str, value: i64) -> Result<usize, PrefixError> {
@@ -181,6 +191,13 @@ impl TryFrom<RawPrefixConfig> for PrefixConfig {
             row_width: field("row_width", raw.row_width)?,
             hit: raw.hit,
             seed: raw.seed,
+            window: raw.window.map(|mut w| {
+                if w.layers.is_empty() {
+                    // A window that names no layers covers every one.
+                    w.layers = (0..usize::try_from(raw.layers).unwrap_or(0)).collect();
+                }
+                w
+            }),
         };
         config.validate()?;
         Ok(config)
@@ -200,6 +217,7 @@ impl From<PrefixConfig> for RawPrefixConfig {
             row_width: signed(config.row_width),
             hit: config.hit,
             seed: config.seed,
+            window: config.window,
         }
     }
 }

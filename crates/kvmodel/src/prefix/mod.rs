@@ -44,6 +44,7 @@ pub mod op;
 pub mod outcome;
 pub mod payload;
 pub mod trace;
+pub mod window;
 
 pub use config::{HitRule, PrefixConfig, MAX_POOL_ELEMENTS};
 pub use error::PrefixError;
@@ -52,6 +53,7 @@ pub use op::{PrefixOp, RequestId, Token};
 pub use outcome::{BlockCounts, PrefixEffect, PrefixErrorKind, PrefixOutcome};
 pub use payload::{check_rows, payload_row, payload_rows, PayloadError, RowAt};
 pub use trace::{PrefixTrace, PrefixTraceError};
+pub use window::Window;
 
 #[cfg(test)]
 mod tests;

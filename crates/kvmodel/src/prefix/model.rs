@@ -38,6 +38,10 @@ pub struct Request {
     /// preempted.
     blocks: Vec<Holding>,
     preempted: bool,
+    /// The most tokens computed since its `start` or last `resume` (a fork
+    /// copies it, a rollback keeps it): where a window's start stands
+    /// (docs/contract.md §19).
+    reached: usize,
 }
 
 impl Request {
@@ -55,6 +59,12 @@ impl Request {
     /// Whether the request is preempted (holds no block, awaits `resume`).
     pub fn is_preempted(&self) -> bool {
         self.preempted
+    }
+
+    /// The most tokens it has computed since its `start` or last `resume`
+    /// (docs/contract.md §19): a rollback does not lower it.
+    pub fn reached(&self) -> usize {
+        self.reached
     }
 }
 
@@ -145,6 +155,13 @@ impl PrefixModel {
                     id,
                     Request {
                         blocks,
+                        // Only a window reads it: without one, states
+                        // that differ in it answer everything alike.
+                        reached: if self.config.window.is_some() {
+                            r.reached
+                        } else {
+                            0
+                        },
                         ..r.clone()
                     },
                 )
@@ -219,11 +236,22 @@ impl PrefixModel {
     }
 
     /// The rows a `read` of `request` must return (docs/contract.md §16):
-    /// the payload of its computed tokens, `[layer][position][dim]`. `None`
-    /// for a request that does not exist or is preempted.
+    /// the payload of its computed tokens, `[layer][position][dim]`, a
+    /// windowed layer's from the window's start (§19). `None` for a request
+    /// that does not exist or is preempted.
     pub fn expected_rows(&self, request: RequestId) -> Option<Vec<f32>> {
         let r = self.requests.get(&request).filter(|r| !r.preempted)?;
-        Some(payload_rows(&self.config, &r.tokens[..r.computed]))
+        let all = payload_rows(&self.config, &r.tokens[..r.computed]);
+        let start = self.config.window_start(r.computed, r.reached);
+        Some(self.config.window_rows(&all, r.computed, start))
+    }
+
+    /// Where a read of `request` starts on a windowed layer
+    /// (docs/contract.md §19; 0 without a window). `None` for a request
+    /// that does not exist or is preempted.
+    pub fn window_start(&self, request: RequestId) -> Option<usize> {
+        let r = self.requests.get(&request).filter(|r| !r.preempted)?;
+        Some(self.config.window_start(r.computed, r.reached))
     }
 
     /// Applies `op`, which has index `index` in its trace (the time stamp

@@ -118,7 +118,7 @@ pub struct RowAt {
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum PayloadError {
     /// The rows do not have the `[L, positions, D]` shape of the read.
-    #[error("rows hold {actual} values, expected {expected} ({layers} layers x {positions} positions x {row_width})")]
+    #[error("rows hold {actual} values, expected {expected} ({layers} layers x {positions} positions x {row_width}{})", describe_window(window))]
     Shape {
         /// `L · positions · D`.
         expected: usize,
@@ -130,6 +130,9 @@ pub enum PayloadError {
         positions: usize,
         /// `D`.
         row_width: usize,
+        /// With a window (§19): how many layers are windowed, and the
+        /// position their rows start at.
+        window: Option<(usize, usize)>,
     },
     /// A row holds other values than its own prefix's payload.
     #[error("row (layer {}, position {}) is not the payload of its own prefix: dim {dim} holds {actual:?} ({actual_bits:#010x}), expected {expected:?} ({expected_bits:#010x}); {}", at.layer, at.position, describe(holds))]
@@ -152,6 +155,13 @@ pub enum PayloadError {
     },
 }
 
+fn describe_window(window: &Option<(usize, usize)>) -> String {
+    match window {
+        Some((layers, start)) => format!(", the {layers} windowed layers from position {start}"),
+        None => String::new(),
+    }
+}
+
 fn describe(holds: &Option<RowAt>) -> String {
     match holds {
         Some(RowAt { layer, position }) => format!(
@@ -162,17 +172,21 @@ fn describe(holds: &Option<RowAt>) -> String {
 }
 
 /// Judges the rows a subject returned for a read of a request whose
-/// computed tokens are `tokens`: `rows` laid out `[layer][position][dim]`
-/// (see [`payload_rows`]) must hold, bit for bit, the payload of each
-/// position's own prefix. Reports the first wrong row in layer-major
+/// computed tokens are `tokens` and whose window starts at `start`
+/// (docs/contract.md §19; 0 without a window): `rows` laid out
+/// `[layer][position][dim]`, each layer's positions those of
+/// [`PrefixConfig::read_range`], must hold, bit for bit, the payload of
+/// each position's own prefix. Reports the first wrong row in layer-major
 /// order, and which row of the same tokens it holds instead, if any.
 pub fn check_rows(
     config: &PrefixConfig,
     tokens: &[Token],
+    start: usize,
     rows: &[f32],
 ) -> Result<(), PayloadError> {
     let (layers, width, positions) = (config.layers, config.row_width, tokens.len());
-    let expected = payload_rows(config, tokens);
+    let all = payload_rows(config, tokens);
+    let expected = config.window_rows(&all, positions, start);
     if rows.len() != expected.len() {
         return Err(PayloadError::Shape {
             expected: expected.len(),
@@ -180,33 +194,39 @@ pub fn check_rows(
             layers,
             positions,
             row_width: width,
+            window: config
+                .window
+                .as_ref()
+                .map(|w| (w.layers.len(), start.min(positions))),
         });
     }
     let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-    let row = |values: &[f32], at: RowAt| {
-        let start = (at.layer * positions + at.position) * width;
-        values[start..start + width].to_vec()
+    let full_row = |at: RowAt| {
+        let first = (at.layer * positions + at.position) * width;
+        &all[first..first + width]
     };
-    for layer in 0..layers {
-        for position in 0..positions {
-            let at = RowAt { layer, position };
-            let (want, got) = (row(&expected, at), row(rows, at));
-            let Some(dim) = (0..width).find(|&d| want[d].to_bits() != got[d].to_bits()) else {
-                continue;
-            };
-            let holds = (0..layers)
-                .flat_map(|layer| (0..positions).map(move |position| RowAt { layer, position }))
-                .find(|&other| other != at && same(&row(&expected, other), &got));
-            return Err(PayloadError::WrongRow {
-                at,
-                dim,
-                expected: want[dim],
-                expected_bits: want[dim].to_bits(),
-                actual: got[dim],
-                actual_bits: got[dim].to_bits(),
-                holds,
-            });
-        }
+    let read = (0..layers).flat_map(|layer| {
+        config
+            .read_range(layer, positions, start)
+            .map(move |position| RowAt { layer, position })
+    });
+    for (i, at) in read.enumerate() {
+        let (want, got) = (full_row(at), &rows[i * width..(i + 1) * width]);
+        let Some(dim) = (0..width).find(|&d| want[d].to_bits() != got[d].to_bits()) else {
+            continue;
+        };
+        let holds = (0..layers)
+            .flat_map(|layer| (0..positions).map(move |position| RowAt { layer, position }))
+            .find(|&other| other != at && same(full_row(other), got));
+        return Err(PayloadError::WrongRow {
+            at,
+            dim,
+            expected: want[dim],
+            expected_bits: want[dim].to_bits(),
+            actual: got[dim],
+            actual_bits: got[dim].to_bits(),
+            holds,
+        });
     }
     Ok(())
 }

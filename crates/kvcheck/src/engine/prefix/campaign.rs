@@ -15,7 +15,7 @@ use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestR
 use super::drive::{drive, Driven, Judge};
 use super::minimize::{minimize_driven, PrefixMinimizeError, PrefixMinimized};
 use super::strategy;
-use crate::subject::prefix::{PrefixCapabilities, PrefixFailure, Steps};
+use crate::subject::prefix::{PrefixCapabilities, PrefixFailure, Steps, WindowCaps};
 use crate::subject::ExecPrefixSubject;
 
 /// Why a case could not be driven at all.
@@ -139,6 +139,10 @@ pub struct PrefixRunSettings {
     pub judge: Option<Judge>,
     /// Most runs the minimizer spends on a failure.
     pub max_tests: usize,
+    /// Draw a window (docs/contract.md §19) on every config of a subject
+    /// that opens any window ([`strategy::windowed_cases`]); a subject that
+    /// opens only windowed configs always gets them.
+    pub windows: bool,
 }
 
 impl Default for PrefixRunSettings {
@@ -150,6 +154,7 @@ impl Default for PrefixRunSettings {
             max_ops: 40,
             judge: None,
             max_tests: 2_000,
+            windows: false,
         }
     }
 }
@@ -202,15 +207,21 @@ fn rng(seed: u64, case: u64) -> TestRunner {
     )
 }
 
-/// Case `case` of a campaign of `seed` on a subject of `caps`.
+/// Case `case` of a campaign of `seed` on a subject of `caps`, windowed
+/// when `windows` is set and the subject opens any window.
 pub fn draw_case(
     caps: &PrefixCapabilities,
     seed: u64,
     case: u64,
     max_ops: usize,
+    windows: bool,
 ) -> (PrefixConfig, Vec<PrefixOp>) {
     let mut runner = rng(seed, case);
-    strategy::cases(caps, max_ops)
+    let cases = match (windows, &caps.window) {
+        (true, WindowCaps::Any) => strategy::windowed_cases(caps, max_ops),
+        _ => strategy::cases(caps, max_ops),
+    };
+    cases
         .new_tree(&mut runner)
         .expect("the prefix strategies never reject")
         .current()
@@ -256,7 +267,13 @@ pub fn run(
         {
             return report;
         }
-        let (config, ops) = draw_case(&caps, settings.seed, case, settings.max_ops);
+        let (config, ops) = draw_case(
+            &caps,
+            settings.seed,
+            case,
+            settings.max_ops,
+            settings.windows,
+        );
         let steps = case_steps(&caps, case);
         let driven = match subject.drive(&config, &judge, steps, &ops) {
             Ok(driven) => driven,

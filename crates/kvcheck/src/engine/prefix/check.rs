@@ -100,6 +100,9 @@ where
         max_ops: settings.max_ops.min(60),
         judge: None,
         max_tests: settings.max_tests,
+        // A cache that opens any window is checked without one here;
+        // one that declares `WindowCaps::Fixed` gets its windows.
+        windows: false,
     };
     let report = campaign::run(&mut factory, &run, &mut |_| {});
     if let Some(problem) = report.setup {

@@ -19,7 +19,7 @@ use kvmodel::prefix::{
 };
 
 use super::lockstep::{PrefixDivergence, PrefixDivergenceKind};
-use crate::subject::prefix::{PrefixFailure, PrefixSubjectCache};
+use crate::subject::prefix::{Groups, PrefixFailure, PrefixSubjectCache};
 
 /// An invariant of docs/contract.md §17 (and the refusal rule beside them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -95,6 +95,9 @@ struct Shadow {
     tokens: Vec<Token>,
     computed: usize,
     preempted: bool,
+    /// The most computed since its start or resume: where its window
+    /// starts (docs/contract.md §19).
+    reached: usize,
 }
 
 /// A prefix cache judged by §17's invariants (see the module docs).
@@ -110,19 +113,22 @@ pub struct PrefixInvariants<C: PrefixSubjectCache> {
     requests: BTreeMap<RequestId, Shadow>,
     /// Block prefix → the index of the op that last sealed it.
     sealed: BTreeMap<Vec<Token>, u64>,
-    /// Block prefixes whose blocks a rollback may have given back: still a
-    /// bound for P4, no longer a promise for P5.
+    /// Block prefixes whose blocks a rollback may have given back, or that
+    /// fell behind a request's window (a windowed cache may free them):
+    /// still a bound for P4, no longer a promise for P5.
     doubtful: BTreeSet<Vec<Token>>,
     /// The index of the last op that evicted (or may have), if any.
     last_eviction: Option<u64>,
     waived: BTreeSet<Invariant>,
     step: usize,
+    groups: Groups,
 }
 
 impl<C: PrefixSubjectCache> PrefixInvariants<C> {
     /// The judge of `cache`, every invariant but those in `waived` checked.
     pub fn new(cache: C, waived: BTreeSet<Invariant>) -> PrefixInvariants<C> {
         PrefixInvariants {
+            groups: cache.groups(),
             config: cache.config().clone(),
             cache,
             requests: BTreeMap::new(),

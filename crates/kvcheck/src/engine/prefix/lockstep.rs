@@ -212,7 +212,8 @@ impl<C: PrefixSubjectCache> PrefixLockstep<C> {
         }
         let config = self.model.config().clone();
         for (id, r) in self.model.requests() {
-            let read = self.cache.probe(id);
+            let start = config.window_start(r.computed(), r.reached());
+            let read = self.cache.probe(id, start);
             if r.is_preempted() {
                 if read.as_ref().err().and_then(PrefixFailure::kind)
                     != Some(PrefixErrorKind::Preempted)
@@ -229,9 +230,9 @@ impl<C: PrefixSubjectCache> PrefixLockstep<C> {
                 continue;
             }
             let computed = &r.tokens()[..r.computed()];
-            let checked = read
-                .map_err(|e| e.to_string())
-                .and_then(|rows| check_rows(&config, computed, &rows).map_err(|e| e.to_string()));
+            let checked = read.map_err(|e| e.to_string()).and_then(|rows| {
+                check_rows(&config, computed, start, &rows).map_err(|e| e.to_string())
+            });
             if let Err(why) = checked {
                 return Err(at(
                     PrefixDivergenceKind::Rows,

@@ -6,20 +6,24 @@
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Union};
 
-use kvmodel::prefix::{HitRule, PrefixConfig, PrefixOp, Token};
+use kvmodel::prefix::{HitRule, PrefixConfig, PrefixOp, Token, Window};
 
-use crate::subject::prefix::PrefixCapabilities;
+use crate::subject::prefix::{PrefixCapabilities, WindowCaps};
 
 /// Request ids drawn: few, so that ops meet the requests that exist; the
 /// prologue starts the first three.
 const REQUESTS: u32 = 5;
 
 /// The configs `caps` opens: up to 16 blocks of up to 3 slots (or the
-/// declared sizes), one or two layers of rows of one or two elements.
+/// declared sizes), one or two layers of rows of one or two elements, and
+/// for a subject that opens only windowed configs a window of its sizes
+/// (or of 1 to `3B + 2` keys) over its layers (docs/contract.md §19). A
+/// subject that opens any window is drawn none here: the windowed suites
+/// draw them ([`windowed_configs`]).
 pub fn configs(caps: &PrefixCapabilities) -> BoxedStrategy<PrefixConfig> {
     let sizes: Vec<usize> = caps.block_sizes.clone().unwrap_or_else(|| vec![1, 2, 3]);
     let hits: Vec<HitRule> = caps.hit.clone();
-    (
+    let base = (
         1usize..=16,
         proptest::sample::select(sizes),
         1usize..=2,
@@ -35,9 +39,67 @@ pub fn configs(caps: &PrefixCapabilities) -> BoxedStrategy<PrefixConfig> {
                 row_width,
                 hit,
                 seed,
+                window: None,
             },
-        )
+        );
+    match &caps.window {
+        WindowCaps::None | WindowCaps::Any => base.boxed(),
+        WindowCaps::Fixed { sizes, layers } => {
+            let (sizes, layers) = (sizes.clone(), layers.clone());
+            base.prop_flat_map(move |config| with_window(config, sizes.clone(), layers.clone()))
+                .boxed()
+        }
+    }
+}
+
+/// [`configs`] with a window on every config, of `sizes` (`None`: 1 to
+/// `3B + 2` keys), over every layer or over the last one only (full and
+/// windowed layers side by side when there are two): for a subject that
+/// opens any window, as the shipped paged cache does.
+pub fn windowed_configs(
+    caps: &PrefixCapabilities,
+    sizes: Option<Vec<usize>>,
+) -> BoxedStrategy<PrefixConfig> {
+    configs(caps)
+        .prop_flat_map(move |config| {
+            let layers = config.layers;
+            // Every layer, or the last one only (a hybrid of full and
+            // windowed layers when there are two).
+            let chosen = proptest::sample::select(vec![None, Some(vec![layers - 1])]);
+            let sizes = sizes.clone();
+            chosen.prop_flat_map(move |l| with_window(config.clone(), sizes.clone(), l))
+        })
         .boxed()
+}
+
+fn with_window(
+    config: PrefixConfig,
+    sizes: Option<Vec<usize>>,
+    layers: Option<Vec<usize>>,
+) -> BoxedStrategy<PrefixConfig> {
+    let size = match sizes {
+        Some(sizes) => proptest::sample::select(sizes).boxed(),
+        None => (1..=3 * config.block_size + 2).boxed(),
+    };
+    size.prop_map(move |size| {
+        let mut config = config.clone();
+        let chosen = match &layers {
+            Some(l) => {
+                let mut l = l.clone();
+                l.sort_unstable();
+                l.dedup();
+                config.layers = config.layers.max(l.last().map_or(0, |m| m + 1));
+                l
+            }
+            None => (0..config.layers).collect(),
+        };
+        config.window = Some(Window {
+            size,
+            layers: chosen,
+        });
+        config
+    })
+    .boxed()
 }
 
 /// A prompt: a cut of one shared story of three blocks and a short tail
@@ -148,8 +210,24 @@ pub fn cases(
     caps: &PrefixCapabilities,
     max_ops: usize,
 ) -> BoxedStrategy<(PrefixConfig, Vec<PrefixOp>)> {
+    cases_of(configs(caps), caps, max_ops)
+}
+
+/// [`cases`] on [`windowed_configs`]: every config carries a window.
+pub fn windowed_cases(
+    caps: &PrefixCapabilities,
+    max_ops: usize,
+) -> BoxedStrategy<(PrefixConfig, Vec<PrefixOp>)> {
+    cases_of(windowed_configs(caps, None), caps, max_ops)
+}
+
+fn cases_of(
+    configs: BoxedStrategy<PrefixConfig>,
+    caps: &PrefixCapabilities,
+    max_ops: usize,
+) -> BoxedStrategy<(PrefixConfig, Vec<PrefixOp>)> {
     let caps = caps.clone();
-    configs(&caps)
+    configs
         .prop_flat_map(move |config| {
             let b = config.block_size;
             (

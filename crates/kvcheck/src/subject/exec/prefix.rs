@@ -1,5 +1,5 @@
 //! A prefix cache in another process: the prefix family of
-//! kvcheck-subject/1 (revision 5, docs/subject-protocol.md "The prefix
+//! kvcheck-subject/1 (revision 6, docs/subject-protocol.md "The prefix
 //! family"). [`ExecPrefixSubject`] spawns the command, says hello and keeps
 //! the process for the next case; [`ExecPrefixSubject::open`] gives an
 //! [`ExecPrefixCache`], whose every op or probe is one request and one
@@ -17,12 +17,15 @@ use serde_json::{json, Value};
 
 use super::process::{excerpt, Process};
 use crate::subject::prefix::{
-    Policy, PrefixCapabilities, PrefixFailure, PrefixSubjectCache, Steps, PREFIX_OPS,
+    Groups, Policy, PrefixCapabilities, PrefixFailure, PrefixSubjectCache, Steps, WindowCaps,
+    PREFIX_OPS,
 };
 use crate::subject::{SubjectFailure, PROTOCOL, STARTUP_TIMEOUT};
 
-/// The protocol revision that brought the prefix family.
-pub const PREFIX_REVISION: u32 = 5;
+/// The protocol revision the prefix family speaks: 5 brought the family,
+/// 6 its windows (docs/contract.md §19: the config's `window`, the
+/// `window` and `groups` capabilities).
+pub const PREFIX_REVISION: u32 = 6;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +40,19 @@ struct RawPrefixCapabilities {
     policy: Policy,
     #[serde(default)]
     steps: Steps,
+    #[serde(default)]
+    window: Option<RawWindowCaps>,
+    #[serde(default)]
+    groups: Option<Groups>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindowCaps {
+    #[serde(default)]
+    sizes: Option<Vec<usize>>,
+    #[serde(default)]
+    layers: Option<Vec<usize>>,
 }
 
 #[derive(Deserialize)]
@@ -56,6 +72,7 @@ fn capabilities(raw: Option<RawPrefixCapabilities>) -> Result<PrefixCapabilities
     let Some(raw) = raw else {
         return Ok(PrefixCapabilities {
             policy: Policy::Own,
+            window: WindowCaps::None,
             ..PrefixCapabilities::full()
         });
     };
@@ -92,12 +109,37 @@ fn capabilities(raw: Option<RawPrefixCapabilities>) -> Result<PrefixCapabilities
     {
         return Err("its block_sizes must be a non-empty list of sizes of at least 1".into());
     }
+    let window = match raw.window {
+        None => WindowCaps::None,
+        Some(w) => {
+            if w.sizes
+                .as_ref()
+                .is_some_and(|s| s.is_empty() || s.contains(&0))
+            {
+                return Err(
+                    "its window sizes must be a non-empty list of sizes of at least 1".into(),
+                );
+            }
+            if w.layers.as_ref().is_some_and(Vec::is_empty) {
+                return Err("its windowed layers must name at least one layer".into());
+            }
+            WindowCaps::Fixed {
+                sizes: w.sizes,
+                layers: w.layers,
+            }
+        }
+    };
+    if raw.groups.is_some_and(|g| g.total() == 0) {
+        return Err("its groups hold no block table".into());
+    }
     Ok(PrefixCapabilities {
         ops,
         hit,
         block_sizes: raw.block_sizes,
         policy: raw.policy,
         steps: raw.steps,
+        window,
+        groups: raw.groups,
     })
 }
 
@@ -176,6 +218,7 @@ impl ExecPrefixSubject {
         };
         process.opened = true;
         Ok(ExecPrefixCache {
+            groups: self.capabilities.groups,
             home: &mut self.process,
             config: config.clone(),
             counts,
@@ -369,6 +412,7 @@ pub struct ExecPrefixCache<'a> {
     home: &'a mut Option<Process>,
     config: PrefixConfig,
     counts: BlockCounts,
+    groups: Option<Groups>,
 }
 
 impl ExecPrefixCache<'_> {
@@ -422,7 +466,13 @@ impl PrefixSubjectCache for ExecPrefixCache<'_> {
         self.counts
     }
 
-    fn probe(&mut self, request: RequestId) -> Result<Vec<f32>, PrefixFailure> {
+    fn groups(&self) -> Groups {
+        self.groups.unwrap_or_else(|| Groups::of(&self.config))
+    }
+
+    /// The process computes its window's start itself (the harness's is
+    /// what its rows are judged by).
+    fn probe(&mut self, request: RequestId, _: usize) -> Result<Vec<f32>, PrefixFailure> {
         let answer = self.call(&json!({"read": {"request": request}}))?;
         answer.rows.ok_or_else(|| {
             PrefixFailure::Subject(format!("its answer to a read of r{request} has no rows"))

@@ -10,6 +10,7 @@ mod ops;
 mod payload;
 mod props;
 mod trace;
+mod window;
 
 /// Applies `ops` to a fresh model of `config`, op `i` with index `i`.
 fn run(config: &PrefixConfig, ops: &[PrefixOp]) -> (PrefixModel, Vec<PrefixOutcome>) {

@@ -140,7 +140,7 @@ fn fork_shares_every_block_and_extend_copies_a_shared_partial_block() {
     assert_eq!(counts(&PrefixEffect::counts(model.counts())), (3, 0, 1));
     for (request, tokens) in [(0, [1, 2, 3, 8]), (1, [1, 2, 3, 9])] {
         let rows = model.expected_rows(request).unwrap();
-        assert_eq!(check_rows(&config, &tokens, &rows), Ok(()));
+        assert_eq!(check_rows(&config, &tokens, 0, &rows), Ok(()));
     }
 }
 

@@ -113,9 +113,9 @@ fn check_rows_accepts_the_payload_and_refuses_a_wrong_shape() {
     let c = config(2, 3);
     let tokens = [1, 2, 3];
     let rows = payload_rows(&c, &tokens);
-    assert_eq!(check_rows(&c, &tokens, &rows), Ok(()));
-    assert_eq!(check_rows(&c, &[], &[]), Ok(()));
-    let error = check_rows(&c, &tokens, &rows[..15]).unwrap_err();
+    assert_eq!(check_rows(&c, &tokens, 0, &rows), Ok(()));
+    assert_eq!(check_rows(&c, &[], 0, &[]), Ok(()));
+    let error = check_rows(&c, &tokens, 0, &rows[..15]).unwrap_err();
     assert!(
         matches!(
             error,
@@ -135,7 +135,7 @@ fn check_rows_catches_a_stale_row_of_another_prefix() {
     // of [1 2 4] read back for [1 2 3].
     let c = config(1, 2);
     let stale = payload_rows(&c, &[1, 2, 4]);
-    let error = check_rows(&c, &[1, 2, 3], &stale).unwrap_err();
+    let error = check_rows(&c, &[1, 2, 3], 0, &stale).unwrap_err();
     match error {
         PayloadError::WrongRow { at, dim, holds, .. } => {
             assert_eq!(
@@ -162,7 +162,7 @@ fn check_rows_names_the_row_a_shifted_or_swapped_row_holds() {
     // Position 2 of layer 0 holds position 1's row (an off-by-one copy).
     let mut shifted = good.clone();
     shifted.copy_within(2..4, 4);
-    let error = check_rows(&c, &tokens, &shifted).unwrap_err();
+    let error = check_rows(&c, &tokens, 0, &shifted).unwrap_err();
     assert!(
         matches!(
             error,
@@ -189,7 +189,7 @@ fn check_rows_names_the_row_a_shifted_or_swapped_row_holds() {
     // Layer 1's rows read from layer 0.
     let mut swapped = good.clone();
     swapped.copy_within(0..6, 6);
-    let error = check_rows(&c, &tokens, &swapped).unwrap_err();
+    let error = check_rows(&c, &tokens, 0, &swapped).unwrap_err();
     assert!(
         matches!(
             error,
@@ -210,7 +210,7 @@ fn check_rows_names_the_row_a_shifted_or_swapped_row_holds() {
     // A zeroed row (a block never written) holds no payload.
     let mut zeroed = good;
     zeroed[8..10].fill(0.0);
-    let error = check_rows(&c, &tokens, &zeroed).unwrap_err();
+    let error = check_rows(&c, &tokens, 0, &zeroed).unwrap_err();
     assert!(
         matches!(
             error,

@@ -16,9 +16,10 @@ fn configs() -> impl Strategy<Value = PrefixConfig> {
         1usize..=2,
         any::<bool>(),
         0u64..4,
+        proptest::option::of((1usize..=8, any::<bool>())),
     )
         .prop_map(
-            |(blocks, block_size, layers, row_width, whole, seed)| PrefixConfig {
+            |(blocks, block_size, layers, row_width, whole, seed, window)| PrefixConfig {
                 blocks,
                 block_size,
                 layers,
@@ -29,6 +30,15 @@ fn configs() -> impl Strategy<Value = PrefixConfig> {
                     HitRule::LeaveOne
                 },
                 seed,
+                // A window over every layer or over the last one only.
+                window: window.map(|(size, all)| Window {
+                    size,
+                    layers: if all {
+                        (0..layers).collect()
+                    } else {
+                        vec![layers - 1]
+                    },
+                }),
             },
         )
 }
@@ -147,7 +157,12 @@ fn check_step(
         prop_assert_eq!(effect.read, Some(r.computed() as u64));
         let rows = after.expected_rows(*request).expect("running");
         prop_assert_eq!(
-            check_rows(after.config(), &r.tokens()[..r.computed()], &rows),
+            check_rows(
+                after.config(),
+                &r.tokens()[..r.computed()],
+                after.window_start(*request).expect("running"),
+                &rows
+            ),
             Ok(())
         );
     }
@@ -220,7 +235,7 @@ proptest! {
         let mut rows = payload_rows(&config, &tokens);
         let at = pick.index(rows.len());
         rows[at] = f32::from_bits(rows[at].to_bits() ^ bump);
-        prop_assert!(check_rows(&config, &tokens, &rows).is_err());
+        prop_assert!(check_rows(&config, &tokens, 0, &rows).is_err());
     }
 
     #[test]
@@ -244,6 +259,9 @@ proptest! {
             let b: PrefixOutcome = canonical.apply(i as u64, op).into();
             prop_assert_eq!(a, b, "op {} ({}) after the split at {}", i, op, k);
             prop_assert_eq!(model.canonical(), canonical.canonical());
+            for id in 0..4 {
+                prop_assert_eq!(model.expected_rows(id), canonical.expected_rows(id));
+            }
         }
     }
 }

@@ -92,10 +92,12 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
     }
 
     /// The most new blocks `op` can need by the contract (no hit, a copy on
-    /// write counted), for the ops that allocate.
+    /// write counted, in every block table of a request), for the ops that
+    /// allocate.
     fn most_needed(&self, op: &PrefixOp) -> Option<usize> {
         let b = self.config.block_size;
-        match op {
+        let tables = self.groups.total();
+        let one = match op {
             PrefixOp::Start { tokens, .. } => Some(blocks_for(tokens.len(), b)),
             PrefixOp::Resume { request } => self
                 .requests
@@ -107,7 +109,17 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
                 blocks_for(n + tokens.len(), b) - blocks_for(n, b) + copy
             }),
             _ => None,
-        }
+        };
+        one.map(|blocks| blocks * tables)
+    }
+
+    /// The cached blocks a hit of `hit` tokens can take back: every block
+    /// of a full-attention table, a windowed table's from its window's
+    /// start (§19).
+    fn hit_blocks(&self, hit: usize) -> usize {
+        let b = self.config.block_size;
+        let start = self.config.window_start(hit, hit);
+        self.groups.full * (hit / b) + self.groups.window * (hit / b - start / b)
     }
 
     /// Judges a refusal of kind `kind`: the contract's own refusal must be
@@ -164,13 +176,14 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
         match op {
             PrefixOp::Start { request, tokens } => {
                 let hit = self.judge_hit(tokens, effect)?;
-                reused = hit / b;
+                reused = self.hit_blocks(hit);
                 self.requests.insert(
                     *request,
                     Shadow {
                         tokens: tokens.clone(),
                         computed: hit,
                         preempted: false,
+                        reached: hit,
                     },
                 );
                 self.note_allocation(index, op, hit, before);
@@ -178,9 +191,10 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
             PrefixOp::Resume { request } => {
                 let tokens = self.requests[request].tokens.clone();
                 let hit = self.judge_hit(&tokens, effect)?;
-                reused = hit / b;
+                reused = self.hit_blocks(hit);
                 let shadow = self.requests.get_mut(request).expect("checked");
                 shadow.computed = hit;
+                shadow.reached = hit;
                 shadow.preempted = false;
                 self.note_allocation(index, op, hit, before);
             }
@@ -188,8 +202,11 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
                 let shadow = self.requests.get_mut(request).expect("checked");
                 let from = shadow.computed;
                 shadow.computed += *count as usize;
-                let (tokens, to) = (shadow.tokens.clone(), shadow.computed);
-                reused = self.seal(index, &tokens, from, to);
+                shadow.reached = shadow.reached.max(shadow.computed);
+                let (tokens, to, reached) =
+                    (shadow.tokens.clone(), shadow.computed, shadow.reached);
+                reused = self.seal(index, &tokens, from, to) * self.groups.total();
+                self.behind_window(&tokens, to, reached);
             }
             PrefixOp::Extend { request, tokens } => {
                 let shadow = self.requests.get_mut(request).expect("checked");
@@ -220,6 +237,7 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
             PrefixOp::Preempt { request } => {
                 let shadow = self.requests.get_mut(request).expect("checked");
                 shadow.computed = 0;
+                shadow.reached = 0;
                 shadow.preempted = true;
             }
             PrefixOp::Read { .. } => {}
@@ -300,7 +318,7 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
         let need = match op {
             PrefixOp::Extend { request, tokens } => {
                 let n = self.requests[request].tokens.len() - tokens.len();
-                blocks_for(n + tokens.len(), b) - blocks_for(n, b)
+                (blocks_for(n + tokens.len(), b) - blocks_for(n, b)) * self.groups.total()
             }
             _ => self
                 .most_needed(op)
@@ -327,6 +345,17 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
         sealed
     }
 
+    /// A windowed cache may free, rather than cache, the blocks behind a
+    /// request's window (§19): they stay a bound for P4 and are no longer a
+    /// promise for P5.
+    fn behind_window(&mut self, tokens: &[Token], computed: usize, reached: usize) {
+        let b = self.config.block_size;
+        let start = self.config.window_start(computed, reached);
+        for end in (1..=start / b).map(|k| k * b) {
+            self.doubtful.insert(tokens[..end].to_vec());
+        }
+    }
+
     /// P3 on every running request, and a preempted one refused.
     pub(super) fn probe_all(&mut self) -> Result<(), Broken> {
         let ids: Vec<_> = self.requests.keys().copied().collect();
@@ -334,7 +363,8 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
             let shadow = &self.requests[&id];
             let (preempted, computed) =
                 (shadow.preempted, shadow.tokens[..shadow.computed].to_vec());
-            let read = self.cache.probe(id);
+            let start = self.config.window_start(shadow.computed, shadow.reached);
+            let read = self.cache.probe(id, start);
             let verdict = if preempted {
                 match read.as_ref().err().and_then(PrefixFailure::kind) {
                     Some(PrefixErrorKind::Preempted) => Ok(()),
@@ -346,7 +376,7 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
             } else {
                 read.map_err(|e| e.to_string())
                     .and_then(|rows| {
-                        check_rows(&self.config, &computed, &rows).map_err(|e| e.to_string())
+                        check_rows(&self.config, &computed, start, &rows).map_err(|e| e.to_string())
                     })
                     .map_err(|why| {
                         (
