@@ -57,6 +57,23 @@ rows=(
     "unified-b1-prompts|--tree unified --page-sizes 1 $prompt_ops|"
     "unified|--tree unified|--waive P5"
     "unified-tlru|--tree unified --eviction-policy tlru --eviction-policy-config '{\"threshold\":4,\"next_prompt_estimate\":1}'|--waive P5"
+    # The sliding-window component (--swa W: SWAKVPool, SWATokenToKVPoolAllocator,
+    # UnifiedRadixCache FULL + SWA; docs/sglang-radix.md "The sliding-window
+    # component"). P5 waived: besides departures 1-3, a prompt whose match
+    # ended on an SWA tombstone is inserted up to that branch point only
+    # (departure 4). Interval 1 makes every decode step free what left the
+    # window, as sglang's default (128) would on long sequences.
+    "swa-b1-prompts|--swa 4 --page-sizes 1 --swa-eviction-interval 1 $prompt_ops|--waive P5"
+    "swa-b1|--swa 4 --page-sizes 1 --swa-eviction-interval 1|--waive P5"
+    "swa-window-below-page|--swa 2,3 --page-sizes 4,16 --swa-eviction-interval 1|--waive P5"
+    "swa-window-above-page|--swa 6,9 --page-sizes 2,4 --swa-eviction-interval 1|--waive P5"
+    "swa-small-pools|--swa 2,3 --blocks 1:6 --swa-eviction-interval 1|--waive P5"
+    "swa-large-pools|--swa 5,8 --blocks 12:16 --swa-eviction-interval 1|--waive P5"
+    "swa-chunked|--swa 4 --page-sizes 1,2,4 --chunked-prefill-size 4 --swa-eviction-interval 1|--waive P5"
+    "swa-chunked-small|--swa 3,6 --page-sizes 1,2 --chunked-prefill-size 2 --swa-eviction-interval 1|--waive P5"
+    "swa-lfu|--swa 4 --eviction-policy lfu --swa-eviction-interval 1|--waive P5"
+    "swa-layers|--swa 3 --swa-layers 1,2 --page-sizes 1,2 --swa-eviction-interval 1|--waive P5"
+    "swa-default-interval|--swa 4|--waive P5"
 )
 
 selected() {

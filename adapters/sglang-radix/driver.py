@@ -31,6 +31,12 @@ policy. Likewise a decode step that cannot be allocated raises
 `NoRoomError` before allocating (the scheduler would retract a request:
 kvcheck's `preempt`).
 
+`SWARadixDriver` is the same scheduler over what sglang builds for a hybrid
+sliding-window model: `SWAKVPool`, `SWATokenToKVPoolAllocator` and
+`UnifiedRadixCache` with the FULL and SWA components, the payload written
+into and read from the two sub-pools (docs/sglang-radix.md, "The
+sliding-window component").
+
 sglang is imported at module import (about 15 s on a loaded 2-core
 machine); nothing here loads CUDA.
 """
@@ -59,7 +65,7 @@ from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToK
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc, ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
@@ -301,14 +307,19 @@ class RadixDriver:
                 raise AssertionError(
                     "compute of positions [%d, %d) past the %d slots allocated" % (first, end, req.kv.kv_allocated_len)
                 )
-            slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, at:upto].numpy()
-            self.kv[slots] = rows[at - first : upto - first]
+            slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, at:upto]
+            self._write(slots, rows[at - first : upto - first])
             at = upto
         n = len(req.full_untruncated_fill_ids)
         if rid in self.prefilling and req.extend_end == n and end >= n:
             # process_batch_result_prefill: the prefill is done.
             self.prefilling.discard(rid)
             checkpoint_kv_cache(req, self.tree)
+
+    def _write(self, slots, rows):
+        """What the model runner's forward writes: rows `[position][layer][dim]`
+        at the token slots `slots` (a tensor of `req_to_token`)."""
+        self.kv[slots.numpy()] = rows
 
     # -- decoding -----------------------------------------------------------
 
@@ -374,6 +385,311 @@ class RadixDriver:
 
     def clear(self):
         self.tree.evict(EvictParams(num_tokens=self.tree.evictable_size()))
+
+
+_INTERVAL = "SGLANG_SWA_EVICTION_INTERVAL"
+_INTERVAL_AT_START = os.environ.get(_INTERVAL)
+
+
+def _no_frees():
+    """maybe_evict_swa of a decode step whose frees are deferred."""
+
+
+class _Layer:
+    """The one field of a `RadixAttention` layer `SWAKVPool.set_kv_buffer`
+    reads: which model layer it is (the pool maps it to its sub-pool)."""
+
+    def __init__(self, layer_id):
+        self.layer_id = layer_id
+
+
+class SWARadixDriver(RadixDriver):
+    """sglang's hybrid sliding-window cache: the pools, allocator and tree
+    sglang 0.5.23's scheduler builds for a model whose layers are partly
+    sliding-window (gemma-2/3, gpt-oss, mimo: `is_hybrid_swa`), on the CPU.
+
+    - `SWAKVPool` (swa_memory_pool.py): a full-attention sub-pool
+      (`MHATokenToKVPool` of the full layers) and a sliding-window sub-pool
+      (one of the windowed layers), each of `blocks` pages here, float32,
+      one head of `row_width` dims. The payload rows are written through
+      `SWAKVPool.set_kv_buffer` with the `KVWriteLoc(loc, swa_loc)` an
+      attention backend builds: a full layer at the request's full slots,
+      a windowed layer at their translation into the SWA sub-pool.
+    - `SWATokenToKVPoolAllocator` (allocator/swa.py): one allocator per
+      sub-pool and the `full_to_swa_index_mapping` between them (what
+      kv_cache_configurator.py builds for `is_hybrid_swa` outside
+      `--enable-unified-memory`).
+    - `UnifiedRadixCache` with the FULL and SWA components
+      (registry.py: `create_unified_radix_cache` for `is_hybrid_swa`),
+      `sliding_window_size` sglang's: a query at position p attends keys
+      `[p - sliding_window_size, p]` (torch_native_backend.py
+      `_make_sliding_window_mask`; gemma2.py/gpt_oss.py
+      `get_attention_sliding_window_size` is HF's `sliding_window - 1`),
+      so kvcheck's window `W` is `sliding_window_size + 1`.
+
+    The scheduler's out-of-window frees run inside sglang's own calls:
+    `prepare_for_decode` -> `alloc_for_decode` -> `ScheduleBatch.maybe_evict_swa`
+    -> `UnifiedRadixCache.evict_sliding_windows` ->
+    `free_swa_out_of_window_slots`, gated by `SGLANG_SWA_EVICTION_INTERVAL`
+    (sglang's default 128 tokens; `eviction_interval` sets it)."""
+
+    def __init__(self, blocks, page_size, layers, row_width, window, window_layers, eviction_policy=None,
+                 eviction_policy_config=None, chunked_prefill_size=None, eviction_interval=None):
+        from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+        if window < 2:
+            # SWAComponent: "requires a positive sliding_window_size".
+            raise ValueError("sglang's sliding_window_size = W - 1 must be positive: W >= 2, not %d" % window)
+        self.window_layers = sorted(window_layers)
+        self.full_layers = [layer for layer in range(layers) if layer not in self.window_layers]
+        if not self.full_layers:
+            # Every layer windowed: sglang builds PureSWARadixCache over
+            # PureSWATokenToKVPoolAllocator instead, not this driver.
+            raise ValueError("a hybrid SWA model has at least one full-attention layer")
+        # Read by maybe_evict_swa at each decode step (envs.*.get()); None
+        # restores what the environment said when the subject started.
+        if eviction_interval is not None:
+            os.environ[_INTERVAL] = str(eviction_interval)
+        elif _INTERVAL_AT_START is None:
+            os.environ.pop(_INTERVAL, None)
+        else:
+            os.environ[_INTERVAL] = _INTERVAL_AT_START
+        self.blocks = blocks
+        self.page_size = page_size
+        self.layers = layers
+        self.sliding_window_size = window - 1
+        self.model_config = publish(page_size, eviction_policy, eviction_policy_config, chunked_prefill_size)
+        schedule = runtime_context.get_schedule()
+        chunk = schedule.chunked_prefill_size
+        self.chunk = chunk if chunk is not None and chunk > 0 else 1 << 62
+        memory = runtime_context.get_memory()
+        self.req_to_token_pool = ReqToTokenPool(
+            size=blocks + 256,
+            max_context_len=blocks * page_size + 1,
+            device="cpu",
+            enable_memory_saver=False,
+        )
+        need_sort = runtime_context.get_disagg().disaggregation_mode in ("decode", "prefill")
+        size = blocks * page_size
+        # Both sub-pools of `blocks` pages (sglang's --swa-full-tokens-ratio
+        # 1.0): the SWA side then never runs short before the full side
+        # does (every SWA slot is paired with a full one), so the full pool
+        # is the pool kvcheck counts; see counts().
+        self.kv_pool = SWAKVPool(
+            size=size,
+            size_swa=size,
+            page_size=page_size,
+            dtype=torch.float32,
+            head_num=1,
+            head_dim=row_width,
+            swa_attention_layer_ids=self.window_layers,
+            full_attention_layer_ids=self.full_layers,
+            device="cpu",
+        )
+        self.allocator = SWATokenToKVPoolAllocator(
+            size,
+            size,
+            page_size=page_size,
+            dtype=torch.float32,
+            device="cpu",
+            kvcache=self.kv_pool,
+            need_sort=need_sort,
+            req_to_token_pool=self.req_to_token_pool,
+        )
+        params = CacheInitParams(
+            disable=memory.disable_radix_cache,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool_allocator=self.allocator,
+            page_size=page_size,
+            eviction_policy=memory.radix_eviction_policy,
+            eviction_policy_config=memory.radix_eviction_policy_config,
+            chunked_prefill_size=chunk,
+            sliding_window_size=self.sliding_window_size,
+            tree_components=(ComponentType.FULL, ComponentType.SWA),
+        )
+        self.tree = UnifiedRadixCache(params)
+        self.reqs = {}
+        self.batches = {}
+        self.prefilling = set()
+        self.deferred = {}  # id -> positions whose decode step's frees wait (see extend)
+
+    # -- accounting ------------------------------------------------------
+
+    def counts(self):
+        """(in_use, cached, free) in pages of the full-attention pool: the
+        pages the running requests' rows point at, `full_evictable_size()`,
+        the full allocator's `available_size()`. The SWA pool is checked
+        here, not counted: `swa_check`."""
+        self.swa_check()
+        b = self.page_size
+        held = set()
+        for rid in self.batches:
+            req = self.reqs[rid]
+            row = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len]
+            held.update((row // b).tolist())
+        return len(held), self.tree.full_evictable_size() // b, self.allocator.full_available_size() // b
+
+    def swa_check(self):
+        """The SWA pool's own accounting, which kvcheck's counts do not see:
+        every SWA slot is either free in the SWA allocator or the peer of a
+        full slot in `full_to_swa_index_mapping` (set at allocation, cleared
+        when the SWA slot is freed), never both, never neither. A leak (an
+        SWA page neither free nor mapped) or a double life (mapped and free)
+        raises AssertionError, which kvcheck reports as the op's exception."""
+        b = self.page_size
+        mapping = self.allocator.full_to_swa_index_mapping[:-1]
+        mapped = mapping[mapping > 0]
+        mapped_pages = set((mapped // b).tolist())
+        free = _free_page_ids(self.allocator.swa_attn_allocator)
+        free_pages = set(free)
+        both = mapped_pages & free_pages
+        if both or len(free) != len(free_pages) or len(mapped_pages) + len(free_pages) != self.blocks:
+            raise AssertionError(
+                "SWA pool accounting: %d pages mapped from full slots, %d free (%d listed), %d both, of %d"
+                % (len(mapped_pages), len(free_pages), len(free), len(both), self.blocks)
+            )
+
+    def _room(self):
+        """Pages an allocation can take: free and evictable pages in the
+        full pool, and in the SWA pool (never the shorter of the two with
+        pools of one size, see counts(); taken into account all the same)."""
+        a, t, b = self.allocator, self.tree, self.page_size
+        return min((a.full_available_size() + t.full_evictable_size()) // b,
+                   (a.swa_available_size() + t.swa_evictable_size()) // b)
+
+    # -- the forward's writes and the attention's reads ------------------
+
+    def _write(self, slots, rows):
+        """`SWAKVPool.set_kv_buffer` for every layer, as the attention
+        backend calls it: `KVWriteLoc(out_cache_loc, swa_out_cache_loc)`,
+        the SWA location the full->SWA translation of the full one
+        (torch_native_backend.py `init_forward_metadata`)."""
+        loc = slots.to(torch.int64)
+        swa_loc = self.allocator.translate_loc_from_full_to_swa(loc)
+        values = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.uint32).view(np.float32))
+        for layer in range(self.layers):
+            data = values[:, layer : layer + 1, :]  # [positions][head][dim]
+            self.kv_pool.set_kv_buffer(_Layer(layer), KVWriteLoc(loc, swa_loc), data, data)
+
+    def read(self, rid, count, start=0):
+        """The key rows attention reads: a full layer's of positions
+        `[0, count)` at the full slots of the request's row of
+        `req_to_token`, a windowed layer's of `[start, count)` at their
+        translation into the SWA sub-pool. Little-endian f32 bytes, layer
+        by layer (the layers' ranges differ)."""
+        req = self.reqs[rid]
+        row = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :count].to(torch.int64)
+        out = []
+        for layer in range(self.layers):
+            if layer in self.window_layers:
+                locs = self.allocator.translate_loc_from_full_to_swa(row[start:count])
+            else:
+                locs = row
+            rows = self.kv_pool.get_key_buffer(layer)[locs][:, 0, :]
+            out.append(rows.contiguous().numpy().view(np.uint32).astype("<u4").tobytes())
+        return b"".join(out)
+
+    # -- decoding -----------------------------------------------------------
+    #
+    # sglang decodes one token per step, and a step's out-of-window frees
+    # (maybe_evict_swa, inside prepare_for_decode) run after the previous
+    # step's forward: step q (the token of position q appended) frees what
+    # left the window of a request that computed q tokens. kvcheck's
+    # `extend r u` allocates all u steps and its `compute` runs their
+    # forwards after; run in a row, the frees of steps 2..u would free the
+    # window of a request that has computed up to u - 1 more tokens than
+    # it has, and a read between the extend and the compute (kvcheck probes
+    # every running request after every op) would find them gone. So the
+    # extend makes the first step whole and the others without their frees,
+    # and compute makes each deferred step's frees right after the forward
+    # that precedes it, with sglang's own calls (`_swa_step_frees`).
+
+    def extend(self, rid, tokens):
+        req = self.reqs[rid]
+        n = req.kv.kv_allocated_len
+        need = self._pages(n + len(tokens)) - self._pages(n)
+        if need > self._room():
+            raise NoRoomError(
+                "%d more tokens after %d need %d pages; %d free, %d evictable (full pool)"
+                % (len(tokens), n, need, self.allocator.full_available_size() // self.page_size,
+                   self.tree.full_evictable_size() // self.page_size)
+            )
+        batch = self.batches[rid]
+        deferred = self.deferred.setdefault(rid, [])
+        for i, token in enumerate(tokens):
+            req.output_ids.append(token)
+            batch.output_ids = torch.tensor([token], dtype=torch.int64)
+            if i == 0:
+                batch.prepare_for_decode()
+                continue
+            # The step's frees wait for the forward of the step before it.
+            batch.maybe_evict_swa = _no_frees
+            try:
+                batch.prepare_for_decode()
+            finally:
+                del batch.maybe_evict_swa
+            deferred.append(len(req.origin_input_ids) + len(req.output_ids) - 1)
+
+    def compute(self, rid, first, rows):
+        deferred = self.deferred.get(rid)
+        if not deferred:
+            return super().compute(rid, first, rows)
+        rows = np.asarray(rows, dtype=np.uint32)
+        req = self.reqs[rid]
+        for i in range(rows.shape[1]):
+            position = first + i
+            super().compute(rid, position, rows[:, i : i + 1])
+            if deferred and deferred[0] == position + 1:
+                self._swa_step_frees(req, deferred.pop(0))
+
+    def _swa_step_frees(self, req, position):
+        """The frees `ScheduleBatch.maybe_evict_swa` makes at the decode
+        step of `position` (pre_len = seqlen - 1 = position), its decode
+        branch as it runs by default (no auxiliary window, no
+        SGLANG_OPT_RELEASE_PREFILL_SWA): due when `position -
+        sliding_window_size >= evicted + SGLANG_SWA_EVICTION_INTERVAL`
+        (`_swa_eviction_trigger`); `decode_batch_idx >= 1` holds, the step
+        before it was a decode step."""
+        from sglang.srt.environ import envs
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        interval = max(1, envs.SGLANG_SWA_EVICTION_INTERVAL.get())
+        window = self.tree.swa_retain_window
+        if req.kv.holds_kv and position - window >= req.kv.get_evicted_seqlen(ComponentType.SWA) + interval:
+            self.allocator.free_group_begin()
+            self.tree.evict_sliding_windows(req, position)
+            self.allocator.free_group_end()
+
+    def finish(self, rid):
+        self.deferred.pop(rid, None)
+        super().finish(rid)
+
+    def preempt(self, rid):
+        self.deferred.pop(rid, None)
+        super().preempt(rid)
+
+    # -- eviction -----------------------------------------------------------
+
+    def evict(self, pages):
+        self.tree.evict(EvictParams(num_tokens=pages * self.page_size))
+
+    def clear(self):
+        # Every unlocked node, whole: its full and SWA values.
+        self.tree.evict(EvictParams(num_tokens=self.tree.full_evictable_size()))
+
+
+def _free_page_ids(allocator):
+    """The ids of the free pages (slots at page size 1) of a sglang
+    token-to-KV allocator, its free list and its release list, as a list
+    (a page listed twice was freed twice)."""
+    ids = []
+    for tensor in (allocator.free_pages, allocator.release_pages):
+        if tensor is not None:
+            ids.extend(tensor.tolist())
+    return ids
 
 
 def check():

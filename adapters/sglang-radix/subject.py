@@ -35,7 +35,7 @@ once; cached, `RadixCache.evictable_size()` in pages; free, the allocator's
     adapters/sglang-radix/.venv/bin/python adapters/sglang-radix/subject.py \
         [--tree radix|unified] [--page-sizes 1,2,4,16] [--blocks MIN:MAX] [--ops OP,...]
         [--eviction-policy lru|lfu|slru|priority|tlru] [--eviction-policy-config JSON]
-        [--chunked-prefill-size C]
+        [--chunked-prefill-size C] [--swa W[,W...] [--swa-layers L,...] [--swa-eviction-interval I]]
 
 `--tree unified` drives, through the same calls, `UnifiedRadixCache` with
 its full-attention component alone: the tree sglang 0.5.23's scheduler
@@ -43,6 +43,16 @@ builds by default for a full-attention model (mem_cache/registry.py,
 `create_unified_radix_cache`). `RadixCache` is what the scheduler builds
 for a pure sliding-window model (`PureSWARadixCache` derives from it) and
 under `--enable-flexkv` (`FlexKVRadixCache`).
+
+`--swa W` drives what the scheduler builds for a hybrid sliding-window
+model (`is_hybrid_swa`: some layers full attention, some windowed):
+`UnifiedRadixCache` with its FULL and SWA components over `SWAKVPool` and
+`SWATokenToKVPoolAllocator` (driver.py: `SWARadixDriver`). The configs it
+opens carry kvcheck's window of size W (a query at p reads keys
+[p - W + 1, p]: sglang's `sliding_window_size` W - 1) over `--swa-layers`
+(default layer 1; layer 0 stays full attention); `read` returns a windowed
+layer's rows of [s, c) only (contract §19); `counts()` is the full pool's
+(docs/sglang-radix.md "The sliding-window component").
 """
 
 import argparse
@@ -87,8 +97,29 @@ class SglangRadixSubject(PrefixSubject):
     steps = "whole"
 
     def __init__(self, tree="radix", page_sizes=None, blocks=None, ops=None, eviction_policy=None,
-                 eviction_policy_config=None, chunked_prefill_size=None):
+                 eviction_policy_config=None, chunked_prefill_size=None, swa=None, swa_layers=(1,),
+                 swa_eviction_interval=None):
         self.tree = tree
+        # The sliding-window mode (driver.SWARadixDriver): the window sizes W
+        # opened (kvcheck's W; sglang's sliding_window_size is W - 1), the
+        # windowed layers (the others full attention), and sglang's
+        # SGLANG_SWA_EVICTION_INTERVAL (None: sglang's default, 128).
+        self.swa = None if swa is None else tuple(swa)
+        self.swa_layers = tuple(sorted(swa_layers))
+        self.swa_eviction_interval = swa_eviction_interval
+        if self.swa is not None:
+            # What the scheduler builds for a hybrid SWA model.
+            tree = self.tree = "unified"
+            self.window = {"sizes": list(self.swa), "layers": list(self.swa_layers)}
+            # The pool kvcheck counts is sglang's full-attention pool (the SWA
+            # pool, of the same size, never runs short first; counts() checks
+            # it instead, SWARadixDriver.swa_check). A request holds one table
+            # there: its window table lives in the other pool. So groups is
+            # {full 1, window 0}, which keeps P8/P9 (an op needs at most
+            # groups x blocks) and the blocks a hit takes back exact for the
+            # counted pool; {1, 1} would let a refusal with room in it pass.
+            # docs/sglang-radix.md "The sliding-window component".
+            self.groups = {"full": 1, "window": 0}
         self.chunked_prefill_size = chunked_prefill_size
         self.eviction_policy = eviction_policy
         self.eviction_policy_config = eviction_policy_config
@@ -102,6 +133,10 @@ class SglangRadixSubject(PrefixSubject):
             self.block_sizes = tuple(page_sizes)
         if chunked_prefill_size is not None:
             self.name += " (chunked prefill %d)" % chunked_prefill_size
+        if self.swa is not None:
+            self.name += " + SWA (W %s, layers %s%s)" % (
+                ",".join(map(str, self.swa)), ",".join(map(str, self.swa_layers)),
+                "" if swa_eviction_interval is None else ", eviction interval %d" % swa_eviction_interval)
         # (least, most) pool sizes opened; a campaign row's domain.
         self.pool = blocks
         self.radix = None
@@ -128,7 +163,25 @@ class SglangRadixSubject(PrefixSubject):
         parser.add_argument("--chunked-prefill-size", type=int, default=None,
                             help="sglang's --chunked-prefill-size: prompts longer than this prefill in chunks, "
                                  "each stashed into the tree (default: sglang's, 4096 on the CPU)")
+        parser.add_argument("--swa", type=sizes, default=None, metavar="W[,W...]",
+                            help="sglang's hybrid sliding-window cache (SWAKVPool, SWATokenToKVPoolAllocator, "
+                                 "UnifiedRadixCache with the FULL and SWA components) with these windows: a query "
+                                 "at p attends [p-W+1, p], sglang's sliding_window_size W-1; W >= 2")
+        parser.add_argument("--swa-layers", type=lambda text: tuple(int(v) for v in text.split(",")), default=(1,),
+                            help="with --swa: the windowed layers (default 1: layer 0 full attention, layer 1 "
+                                 "windowed, as gemma alternates); at least one layer stays full attention")
+        parser.add_argument("--swa-eviction-interval", type=int, default=None,
+                            help="with --swa: sglang's SGLANG_SWA_EVICTION_INTERVAL, the tokens that must have "
+                                 "left the window before a decode step frees them (default: sglang's, 128)")
         args = parser.parse_args(argv)
+        if args.swa is not None:
+            if args.tree == "radix" and any(arg.startswith("--tree") for arg in argv):
+                parser.error("--swa: sglang builds UnifiedRadixCache (FULL + SWA) for a hybrid SWA model, not RadixCache")
+            if min(args.swa) < 2:
+                parser.error("--swa: W >= 2 (sglang's SWAComponent requires sliding_window_size = W - 1 > 0)")
+            if 0 in args.swa_layers or min(args.swa_layers) < 0:
+                parser.error("--swa-layers: layer 0 stays full attention (a hybrid model; every layer windowed "
+                             "is sglang's PureSWARadixCache, not driven here)")
         if args.eviction_policy == "tlru" and args.tree != "unified":
             parser.error("--eviction-policy tlru: sglang refuses T-LRU on any tree but UnifiedRadixCache")
         if args.ops is not None:
@@ -137,7 +190,8 @@ class SglangRadixSubject(PrefixSubject):
                 parser.error("--ops: a subset of %s with start, compute and finish" % ",".join(cls.ops))
         return cls(tree=args.tree, page_sizes=args.page_sizes, blocks=args.blocks, ops=args.ops,
                    eviction_policy=args.eviction_policy, eviction_policy_config=args.eviction_policy_config,
-                   chunked_prefill_size=args.chunked_prefill_size)
+                   chunked_prefill_size=args.chunked_prefill_size, swa=args.swa, swa_layers=args.swa_layers,
+                   swa_eviction_interval=args.swa_eviction_interval)
 
     def open(self, config):
         if self.pool is not None and not self.pool[0] <= config["blocks"] <= self.pool[1]:
@@ -147,10 +201,28 @@ class SglangRadixSubject(PrefixSubject):
             raise Outside("sglang requires --chunked-prefill-size %d divisible by --page-size %d" % (c, config["block_size"]))
         if config["hit"] != "leave_one":
             raise Outside("sglang's scheduler leaves the last prompt token to compute (max_prefix_len = input_len - 1)")
+        if self.swa is not None:
+            self.radix = self._open_swa(config)
+            return
         self.radix = driver.RadixDriver(config["blocks"], config["block_size"], config["layers"], config["row_width"],
                                         tree=self.tree, eviction_policy=self.eviction_policy,
                                         eviction_policy_config=self.eviction_policy_config,
                                         chunked_prefill_size=self.chunked_prefill_size)
+
+    def _open_swa(self, config):
+        window = config["window"]  # the base opened only ours: a size of --swa over --swa-layers
+        size, b = window["size"], config["block_size"]
+        if (size - 1) + b >= config["blocks"] * b:
+            # pool_configurator.py validate_swa_pool_size: an SWA pool of at
+            # most sliding_window_size + page_size tokens cannot admit one
+            # request, and sglang refuses to start with it.
+            raise Outside("sglang refuses an SWA pool of %d tokens with sliding_window_size %d and page size %d"
+                          % (config["blocks"] * b, size - 1, b))
+        return driver.SWARadixDriver(config["blocks"], b, config["layers"], config["row_width"], size,
+                                     window["layers"], eviction_policy=self.eviction_policy,
+                                     eviction_policy_config=self.eviction_policy_config,
+                                     chunked_prefill_size=self.chunked_prefill_size,
+                                     eviction_interval=self.swa_eviction_interval)
 
     def counts(self):
         return self.radix.counts()
@@ -183,6 +255,9 @@ class SglangRadixSubject(PrefixSubject):
             raise NoRoom(str(error))
 
     def read(self, request):
+        if self.swa is not None:
+            # A windowed layer's rows of [s, c) only (contract §19).
+            return self.radix.read(request, self.requests[request].computed, self.window_start(request))
         return self.radix.read(request, self.requests[request].computed)
 
     def evict(self, count):

@@ -308,5 +308,242 @@ class SglangRadix(unittest.TestCase):
         self.assertEqual(rows_of(answers[4]["ok"]), flat(payload_bits(3, [5, 6, 7], 1, 2)))
 
 
+class SwaPool(Pool):
+    """A subject in its sliding-window mode (`--swa`) behind its session:
+    layer 1 windowed, layer 0 full attention, the window rule's record
+    (`reached`, docs/contract.md §19) kept here as kvcheck keeps it."""
+
+    def __init__(self, test, blocks, block_size, window, layers=2, row_width=3, seed=5, interval=1, chunk=None):
+        self.test = test
+        self.config = {"variant": "prefix", "blocks": blocks, "block_size": block_size, "layers": layers,
+                       "row_width": row_width, "hit": "leave_one", "seed": seed,
+                       "window": {"size": window, "layers": [1]}}
+        self.subject = subject.SglangRadixSubject(swa=(window,), swa_eviction_interval=interval,
+                                                  chunked_prefill_size=chunk)
+        self.session = PrefixSession(self.subject)
+        self.hello = self.session.handle(HELLO_6)
+        self.opened = self.session.handle({"open": {"config": self.config}})
+        self.counts = self.opened.get("ok")
+        self.index = 0
+        self.tokens = {}
+        self.computed = {}
+
+    def driver(self):
+        return self.subject.radix
+
+    def window_start(self, r):
+        # m = computed: these tests never roll back.
+        return min(self.computed[r], max(0, self.computed[r] - self.config["window"]["size"] + 1))
+
+    def check_reads(self):
+        """Every running request reads layer 0's rows of [0, c) and layer
+        1's of [s, c), its own prefixes' payload."""
+        for r, tokens in self.tokens.items():
+            response = self.session.handle({"read": {"request": r}})
+            if "err" in response:
+                self.test.assertEqual(response["err"]["kind"], "preempted")
+                continue
+            c, s = self.computed[r], self.window_start(r)
+            rows = payload_bits(self.config["seed"], tokens[:c], self.config["layers"], self.config["row_width"])
+            want = flat([rows[0]]) + flat([rows[1][s:c]]) + flat(rows[2:])
+            self.test.assertEqual(rows_of(response["ok"]), want, (r, c, s))
+
+    def swa_slots(self, r, first, end):
+        """The SWA sub-pool slots positions [first, end) of request r map to
+        (0: freed, sglang's cleared full->SWA mapping)."""
+        d = self.driver()
+        req = d.reqs[r]
+        row = d.req_to_token_pool.req_to_token[req.kv.req_pool_idx, first:end].long()
+        return d.allocator.translate_loc_from_full_to_swa(row).tolist()
+
+
+HELLO_6 = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
+
+
+@unittest.skipUnless(HAVE_LIBRARY, SKIP)
+class SglangSlidingWindow(unittest.TestCase):
+    """`--swa`: SWAKVPool, SWATokenToKVPoolAllocator and UnifiedRadixCache
+    with the FULL and SWA components, on the CPU."""
+
+    def test_hello_declares_the_window_and_the_groups(self):
+        pool = SwaPool(self, 16, 1, 3)
+        caps = pool.hello["hello"]["capabilities"]
+        self.assertEqual(caps["window"], {"sizes": [3], "layers": [1]})
+        self.assertEqual(caps["groups"], {"full": 1, "window": 0})
+        self.assertIn("UnifiedRadixCache + SWA", pool.hello["hello"]["name"])
+        self.assertEqual(pool.counts, {"in_use": 0, "cached": 0, "free": 16})
+        # sglang's sliding_window_size is W - 1 (exclusive of the query)
+        self.assertEqual(pool.driver().tree.sliding_window_size, 2)
+
+    def test_a_read_after_the_window_moved_returns_the_window_only(self):
+        for page in (1, 2, 4):
+            for window in (2, 3, 6):
+                pool = SwaPool(self, 16, page, window)
+                pool.start(0, [1, 2, 3, 4, 5])
+                pool.check_reads()
+                for token in (6, 7, 8, 9, 10, 11, 12):
+                    pool.extend(0, [token % 4])
+                    pool.check_reads()
+                response = pool.session.handle({"read": {"request": 0}})
+                c, s = pool.computed[0], pool.window_start(0)
+                self.assertEqual(response["ok"]["read"], c)
+                # layer 0: c rows; layer 1: c - s = W - 1 rows; 3 values each
+                self.assertEqual(len(rows_of(response["ok"])), 3 * (c + (c - s)), (page, window))
+
+    def test_out_of_window_slots_are_freed_while_decoding(self):
+        # maybe_evict_swa at each decode step (SGLANG_SWA_EVICTION_INTERVAL 1):
+        # free_swa_out_of_window_slots frees the SWA slots below
+        # pre_len - ceil_align(max(sliding_window_size, page), page) that the
+        # tree does not hold; the full slots stay.
+        pool = SwaPool(self, 16, 1, 3)
+        pool.start(0, [1, 2, 3])
+        for token in range(4, 12):
+            pool.extend(0, [token])
+        slots = pool.swa_slots(0, 0, pool.computed[0])
+        # the prompt [0, 3) is the tree's (inserted after the prefill: the
+        # decode frees start at cache_protected_len); the decoded positions
+        # [3, 8) are freed, [8, 11) live: c = 11, s = 9, sglang keeps one more
+        self.assertTrue(all(slots[:3]), slots)
+        self.assertEqual(slots[3:8], [0] * 5, slots)
+        self.assertTrue(all(slots[8:]), slots)
+        d = pool.driver()
+        self.assertGreater(d.allocator.swa_available_size(), d.allocator.full_available_size())
+        pool.check_reads()
+        # with sglang's default interval (128) nothing is freed in 11 tokens
+        pool = SwaPool(self, 16, 1, 3, interval=None)
+        pool.start(0, [1, 2, 3])
+        for token in range(4, 12):
+            pool.extend(0, [token])
+        self.assertTrue(all(pool.swa_slots(0, 3, pool.computed[0])))
+        pool.check_reads()
+
+    def test_a_hit_reads_the_window_from_the_tree(self):
+        for page in (1, 2, 4):
+            pool = SwaPool(self, 16, page, 3)
+            prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+            pool.start(0, prompt)
+            pool.finish(0)
+            # the prompt's last window is live in the tree: a full hit
+            # (capped at len - 1, page-aligned), then its rows read right
+            response = pool.op({"start": {"request": 1, "tokens": prompt + [10]}})
+            hit = response["ok"]["hit"]
+            self.assertEqual(hit, len(prompt) // page * page, page)
+            pool.tokens[1] = prompt + [10]
+            pool.computed[1] = hit
+            pool.check_reads()  # c = hit: the window [hit - 2, hit) from the tree
+            pool.op({"compute": {"request": 1, "count": len(prompt) + 1 - hit}})
+            pool.computed[1] = len(prompt) + 1
+            pool.check_reads()
+
+    def test_a_hit_stops_where_the_window_was_freed(self):
+        # Decoded tokens below the window lost their SWA slots while the
+        # request ran; release_kv_cache inserts them as tombstones, and a
+        # match needs sliding_window_size live SWA tokens before its end.
+        pool = SwaPool(self, 16, 1, 3)
+        pool.start(0, [1, 2, 3, 4])
+        for token in (5, 6, 7, 8, 9, 10):
+            pool.extend(0, [token])
+        pool.finish(0)
+        # [1 .. 9]'s last window, positions 7 and 8, is live: a hit of 9
+        self.assertEqual(pool.start(1, [1, 2, 3, 4, 5, 6, 7, 8, 9, 11]), 9)
+        # [1 .. 6]'s, positions 4 and 5, was freed: the match falls back to
+        # the prompt's end, whose window [2, 4) the tree kept
+        self.assertEqual(pool.start(2, [1, 2, 3, 4, 5, 6, 12]), 4)
+        pool.check_reads()
+
+    def test_a_read_between_an_extend_and_its_compute_keeps_the_window(self):
+        # The minimized P3 trace of the first --swa 4 run (seed 1, B = 2,
+        # N = 8): an extend of three tokens is three decode steps; run in a
+        # row with their frees, the third freed position 5, still in the
+        # window of the 8 tokens computed. The subject defers each step's
+        # frees to the compute of the step before it (driver.py, extend).
+        pool = SwaPool(self, 8, 2, 4, row_width=2, seed=2)
+        pool.start(1, [0, 1, 2])
+        pool.extend(1, [0, 1, 2])
+        pool.extend(1, [2])
+        pool.extend(1, [1])
+        response = pool.op({"extend": {"request": 1, "tokens": [2, 1, 0]}})
+        self.assertIn("ok", response)
+        pool.tokens[1] += [2, 1, 0]
+        pool.check_reads()  # c = 8, s = 5: positions [5, 8) of layer 1
+        pool.op({"compute": {"request": 1, "count": 3}})
+        pool.computed[1] += 3
+        pool.check_reads()
+        self.assertEqual(pool.driver().deferred[1], [])
+
+    def test_a_prompt_matched_on_a_tombstone_is_inserted_to_its_branch_point(self):
+        # Departure 4 (docs/sglang-radix.md), the minimized P5 trace of the
+        # prompt-only row (seed 1, B = 1, N = 9, W = 4): r0's checkpoint
+        # tombstones the SWA of its prompt's head; r1 = [0, 1] matches node
+        # [0] in full but not in SWA (hit 0, swa_branching_seqlen 1), and its
+        # checkpoint inserts [0] only (SWAComponent.prepare_for_caching_req),
+        # recovering that node's SWA: [0, 1] is not a hit until r1 finishes.
+        pool = SwaPool(self, 9, 1, 4, row_width=1, seed=3)
+        self.assertEqual(pool.start(0, [0, 2, 0, 0, 2]), 0)
+        self.assertEqual(pool.start(1, [0, 1]), 0)
+        self.assertEqual(pool.start(2, [0, 1, 1]), 1)
+        pool.finish(1)
+        self.assertEqual(pool.start(3, [0, 1, 1]), 2)
+        pool.check_reads()
+
+    def test_the_swa_check_sees_a_leaked_swa_slot(self):
+        # A slot taken from the SWA allocator and never mapped (a leak the
+        # full pool's counts cannot show) is answered as an exception.
+        pool = SwaPool(self, 8, 1, 3)
+        pool.start(0, [1, 2, 3])
+        pool.driver().allocator.swa_attn_allocator.alloc(1)
+        response = pool.session.handle({"op": {"evict": {"blocks": 1}}, "index": pool.index})
+        self.assertIn("exception", response)
+        self.assertIn("SWA pool accounting", response["exception"]["message"])
+
+    def test_chunked_prefill_reads_right(self):
+        for page in (1, 2):
+            pool = SwaPool(self, 16, page, 3, chunk=2)
+            pool.start(0, [1, 2, 3, 4, 5, 6, 7])
+            pool.check_reads()
+            pool.extend(0, [8])
+            pool.finish(0)
+            self.assertEqual(pool.start(1, [1, 2, 3, 4, 5, 6, 7, 9]) % page, 0)
+            pool.check_reads()
+
+    def test_a_pool_sglang_refuses_is_outside(self):
+        # validate_swa_pool_size: sliding_window_size + page_size >= SWA tokens
+        pool = SwaPool(self, 2, 4, 6)
+        self.assertIn("outside", pool.opened)
+
+    def test_random_cases_keep_the_counts_the_rows_and_the_swa_pool(self):
+        # counts() runs driver.SWARadixDriver.swa_check after every op: every
+        # SWA page free or mapped from a full slot, never both or neither.
+        rng = random.Random(13)
+        for case in range(30):
+            page = rng.choice([1, 2, 4])
+            window = rng.choice([2, 3, 5, 8])
+            blocks = rng.choice([8, 12, 16])
+            if window - 1 + page >= blocks * page:
+                continue
+            pool = SwaPool(self, blocks, page, window, seed=case, chunk=rng.choice([None, 4]))
+            next_id = 0
+            for _ in range(30):
+                running = [r for r in pool.tokens if pool.computed.get(r) is not None]
+                roll = rng.random()
+                if roll < 0.35 or not running:
+                    base = list(rng.choice(list(pool.tokens.values()))) if pool.tokens and rng.random() < 0.6 else []
+                    tokens = base[: rng.randrange(len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(1, 6))]
+                    pool.start(next_id, tokens)
+                    next_id += 1
+                elif roll < 0.75:
+                    pool.extend(rng.choice(running), [rng.randrange(3) for _ in range(rng.randrange(1, 4))])
+                elif roll < 0.9:
+                    pool.finish(rng.choice(running))
+                else:
+                    pool.op(rng.choice(["clear", {"evict": {"blocks": rng.randrange(1, 4)}}]))
+                pool.check_reads()
+            for r in list(pool.tokens):
+                pool.finish(r)
+            ok = pool.op("clear")["ok"]
+            self.assertEqual(ok["free"], blocks, case)
+            d = pool.driver()
+            self.assertEqual(d.allocator.swa_available_size(), blocks * page, case)
+
 if __name__ == "__main__":
     unittest.main()
