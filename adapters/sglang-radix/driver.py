@@ -331,18 +331,22 @@ class RadixDriver:
         n = req.kv.kv_allocated_len
         need = self._pages(n + len(tokens)) - self._pages(n)
         if need > self._room():
-            raise NoRoomError(
-                "%d more tokens after %d need %d pages; %d free, %d evictable"
-                % (len(tokens), n, need, self.allocator.available_size() // self.page_size,
-                   self.tree.evictable_size() // self.page_size)
-            )
+            raise NoRoomError("%d more tokens after %d need %d pages; %s" % (len(tokens), n, need, self._room_text()))
         batch = self.batches[rid]
-        for token in tokens:
+        for i, token in enumerate(tokens):
             req.output_ids.append(token)
             # process_batch_result_decode: the sampled ids become the next
             # step's input ids.
             batch.output_ids = torch.tensor([token], dtype=torch.int64)
-            batch.prepare_for_decode()
+            self._decode_step(rid, req, batch, i)
+
+    def _room_text(self):
+        return "%d free, %d evictable" % (
+            self.allocator.available_size() // self.page_size, self.tree.evictable_size() // self.page_size)
+
+    def _decode_step(self, rid, req, batch, i):
+        """Step `i` of an extend: `prepare_for_decode` allocates its slot."""
+        batch.prepare_for_decode()
 
     # -- release --------------------------------------------------------
 
@@ -607,31 +611,22 @@ class SWARadixDriver(RadixDriver):
     # and compute makes each deferred step's frees right after the forward
     # that precedes it, with sglang's own calls (`_swa_step_frees`).
 
-    def extend(self, rid, tokens):
-        req = self.reqs[rid]
-        n = req.kv.kv_allocated_len
-        need = self._pages(n + len(tokens)) - self._pages(n)
-        if need > self._room():
-            raise NoRoomError(
-                "%d more tokens after %d need %d pages; %d free, %d evictable (full pool)"
-                % (len(tokens), n, need, self.allocator.full_available_size() // self.page_size,
-                   self.tree.full_evictable_size() // self.page_size)
-            )
-        batch = self.batches[rid]
-        deferred = self.deferred.setdefault(rid, [])
-        for i, token in enumerate(tokens):
-            req.output_ids.append(token)
-            batch.output_ids = torch.tensor([token], dtype=torch.int64)
-            if i == 0:
-                batch.prepare_for_decode()
-                continue
-            # The step's frees wait for the forward of the step before it.
-            batch.maybe_evict_swa = _no_frees
-            try:
-                batch.prepare_for_decode()
-            finally:
-                del batch.maybe_evict_swa
-            deferred.append(len(req.origin_input_ids) + len(req.output_ids) - 1)
+    def _room_text(self):
+        return "%d free, %d evictable (full pool)" % (
+            self.allocator.full_available_size() // self.page_size,
+            self.tree.full_evictable_size() // self.page_size)
+
+    def _decode_step(self, rid, req, batch, i):
+        if i == 0:
+            batch.prepare_for_decode()
+            return
+        # The step's frees wait for the forward of the step before it.
+        batch.maybe_evict_swa = _no_frees
+        try:
+            batch.prepare_for_decode()
+        finally:
+            del batch.maybe_evict_swa
+        self.deferred.setdefault(rid, []).append(len(req.origin_input_ids) + len(req.output_ids) - 1)
 
     def compute(self, rid, first, rows):
         deferred = self.deferred.get(rid)
