@@ -102,7 +102,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from .subject import PROTOCOL, AdapterError, Outside, Refused, exception
+from .subject import PROTOCOL, AdapterError, Outside, Refused, exception, without_arguments
 
 # The revision of kvcheck-subject/1 this module speaks: 5 added the prefix
 # family, 6 its windows (the `window` config field, the `window` and
@@ -305,12 +305,7 @@ class PrefixSubject:
     @classmethod
     def from_args(cls, argv):
         """The instance to serve, from the command line's extra arguments."""
-        if argv:
-            raise SystemExit(
-                "%s takes no arguments (got %s); define from_args(argv) to accept some"
-                % (cls.__name__, " ".join(argv))
-            )
-        return cls()
+        return without_arguments(cls, argv)
 
     # The hooks. `open`, `counts`, `read` and the hooks of `start`,
     # `compute` and `finish` are required; an op whose hook is not defined

@@ -251,6 +251,16 @@ def positive(n):
     return isinstance(n, int) and not isinstance(n, bool) and n > 0
 
 
+
+def without_arguments(cls, argv):
+    """An instance of `cls` from a command line that must carry no extra
+    arguments: the default `from_args` of a subject class."""
+    if argv:
+        raise SystemExit(
+            "%s takes no arguments (got %s); define from_args(argv) to accept some" % (cls.__name__, " ".join(argv))
+        )
+    return cls()
+
 class Subject:
     """Base class of a cache checked by kvcheck (see the module docs)."""
 
@@ -269,12 +279,7 @@ class Subject:
     @classmethod
     def from_args(cls, argv):
         """The instance to serve, from the command line's extra arguments."""
-        if argv:
-            raise SystemExit(
-                "%s takes no arguments (got %s); define from_args(argv) to accept some"
-                % (cls.__name__, " ".join(argv))
-            )
-        return cls()
+        return without_arguments(cls, argv)
 
     def open(self, config):
         raise NotImplementedError("%s must define open(config)" % type(self).__name__)
