@@ -38,7 +38,7 @@ except ImportError:
     # Runs from a bare checkout with nothing but python3 (CI, the
     # command above): the package is beside it.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvcheck.prefix import NoRoom, PrefixSubject
+from kvcheck.prefix import NoRoom, Outside, PrefixSubject
 
 
 def blocks_for(tokens, b):
@@ -136,13 +136,15 @@ class ReferencePrefix(PrefixSubject):
                             help="the windowed layers (default every layer)")
         parser.add_argument("--free-behind-window", action="store_true",
                             help="give up the blocks behind the window as compute passes them (policy own)")
+        parser.add_argument("--drop-behind-window", action="store_true",
+                            help="as --free-behind-window, and free (not cache) what no one else holds")
         parser.add_argument("--fault", choices=sorted(WindowFreeing.FAULTS), default=None,
                             help="plant a fault (implies --free-behind-window)")
         args = parser.parse_args(argv)
-        if args.free_behind_window or args.fault:
+        if args.free_behind_window or args.drop_behind_window or args.fault:
             if args.window is None or args.window_layers is not None:
-                parser.error("--free-behind-window and --fault need --window over every layer")
-            subject = WindowFreeing(args.fault)
+                parser.error("--free-behind-window, --drop-behind-window and --fault need --window over every layer")
+            subject = WindowFreeing(args.fault, drop=args.drop_behind_window)
         else:
             subject = cls()
         if args.window is not None:
@@ -310,37 +312,82 @@ class ReferencePrefix(PrefixSubject):
 
 class WindowFreeing(ReferencePrefix):
     """The reference pool with a sliding window over every layer that gives
-    up, as compute passes them, the blocks wholly behind a request's window
-    (docs/contract.md §19), as vLLM's sliding-window manager does: a sealed
-    one is cached, any other freed, and the table keeps a hole (None) where
-    it was. Its counts are no longer the model's (the model keeps every
-    block), so it declares policy "own" and is judged by the invariants.
+    up the blocks wholly behind a request's window (docs/contract.md §19)
+    when its next step is scheduled, as vLLM's sliding-window manager does
+    in `allocate_slots`: at `extend`, behind the window of the tokens
+    computed so far, once the step's blocks are allocated. A sealed block given up is cached, any other freed,
+    and the table keeps a hole (None) where it was. With `drop`, a sealed
+    one no other request holds is freed too, as sglang frees its
+    sliding-window slots: hits through it are lost. Its counts are no
+    longer the model's (the model keeps every block), so it declares
+    policy "own" and is judged by the invariants.
+
+    A rollback that would bring back a query whose keys were given up
+    (below the computed count of the last step that gave blocks up) is
+    outside: such a cache rejects only the drafts of its last step, and
+    vLLM never drops a token it accepted.
 
     FAULTS: `frees-window-start` gives up one block too many, the one that
-    holds the window's first position once it is full, the off-by-one of
-    counting the window's keys from the query itself; a read of that
-    position then finds the hole, read as zeros (vLLM's null block)."""
+    holds the window's first position once it is full (the off-by-one of
+    counting the window from the query itself); a read of that position
+    then finds the hole, read as zeros (vLLM's null block)."""
 
     FAULTS = {"frees-window-start"}
     policy = "own"
 
-    def __init__(self, fault=None):
-        self.fault = fault
+    def __init__(self, fault=None, drop=False):
+        self.fault, self.drop = fault, drop
         if fault:
             self.name = "%s, fault %s" % (self.name, fault)
 
-    def compute(self, request, first, rows):
-        super().compute(request, first, rows)
-        record, b = self.requests[request], self.pool.b
-        computed = first + len(rows[0])
-        reached = max(record.reached, computed)
-        start = min(computed, max(0, reached - self.config["window"]["size"] + 1))
-        limit = start + 1 if self.fault == "frees-window-start" else start
-        table = self.tables[request]
-        for j in range(min(limit, computed) // b):
-            if table[j] is not None:
-                self.pool.release(table[j], self.index)
-                table[j] = None
+    def open(self, config):
+        super().open(config)
+        self.floor = {}  # request -> computed count when it last gave blocks up
+
+    def extend(self, request, tokens):
+        # After the allocation, so that a refused step changes nothing (vLLM
+        # gives up first, and its refused steps free blocks: its subject
+        # answers those outside).
+        super().extend(request, tokens)
+        self.give_up_behind_window(request)
+
+    def give_up_behind_window(self, request):
+        pool, b, table = self.pool, self.pool.b, self.tables[request]
+        computed = self.requests[request].computed
+        start = self.window_start(request)
+        limit = min(start + 1 if self.fault == "frees-window-start" else start, computed)
+        if limit // b:
+            self.floor[request] = max(self.floor.get(request, 0), computed)
+        for j in range(limit // b):
+            blk = table[j]
+            if blk is None:
+                continue
+            pool.release(blk, self.index)
+            table[j] = None
+            prefix = pool.prefix[blk]
+            if self.drop and prefix in pool.cached:
+                del pool.cached[prefix]
+                del pool.sealed[prefix]
+                pool.prefix[blk] = None
+                pool.slots[blk] = [None] * b
+                pool.free.add(blk)
+
+    def fork(self, request, into):
+        super().fork(request, into)
+        if request in self.floor:
+            self.floor[into] = self.floor[request]
+
+    def rollback(self, request, count):
+        kept = len(self.requests[request].tokens) - count
+        floor = self.floor.get(request, 0)
+        if min(kept, self.requests[request].computed) < floor:
+            raise Outside("rollback of request %d to %d tokens, below the %d it had computed when it gave up "
+                          "the blocks behind its window" % (request, kept, floor))
+        super().rollback(request, count)
+
+    def release_all(self, request):
+        self.floor.pop(request, None)
+        super().release_all(request)
 
 
 if __name__ == "__main__":

@@ -47,8 +47,7 @@ What the base class guarantees a hook (the subclass API, stable):
   no tokens, `rollback` of 0, `evict` of 0) calls no hook: the answer is
   the counts.
 - Inside a hook, `self.requests[r]` is request `r` as it was before the
-  op (`Request(tokens, computed, preempted, reached)`, read-only; `reached`
-  is the most it computed since its start or last resume), `self.config`
+  op (`Request(tokens, computed, preempted)`, read-only), `self.config`
   the open config (every field filled in: `variant`, `blocks`,
   `block_size`, `layers`, `row_width`, `hit`, `seed`, `window`: None or
   `{"size": W, "layers": [...]}` with the layers sorted) and `self.index` the
@@ -57,8 +56,7 @@ What the base class guarantees a hook (the subclass API, stable):
   start `tokens = t, computed = hit`; compute `computed += k`; extend
   `tokens += u`; fork a copy; rollback drops the last `k` tokens and
   `computed = min(computed, n)`; finish deletes; preempt `computed = 0`,
-  preempted; resume `computed = hit`, running; `reached` follows the
-  largest `computed` since the start or resume.
+  preempted; resume `computed = hit`, running.
 - `compute(request, first, rows)` gets the payload (docs/contract.md §16)
   of positions `[first, first + len(rows[0]))`, laid out
   `[layer][position][dim]` as u32 bit patterns of f32 values
@@ -267,9 +265,6 @@ class Request:
     tokens: list
     computed: int
     preempted: bool = False
-    # The most it has computed since its start or last resume (a fork
-    # copies it): where a window's start stands (docs/contract.md §19).
-    reached: int = 0
 
 
 class NoRoom(Refused):
@@ -378,11 +373,11 @@ class PrefixSubject:
         """Where request `request`'s window starts (docs/contract.md §19):
         a windowed layer's read returns the rows of positions
         `[window_start, computed)`; 0 without a window."""
-        record = self.requests[request]
+        computed = self.requests[request].computed
         window = self.config["window"]
         if window is None:
             return 0
-        return min(record.computed, max(0, record.reached - window["size"] + 1))
+        return min(computed, max(0, computed - window["size"] + 1))
 
     def validate(self):
         """Checks the declarations; ValueError names a bad one."""
@@ -556,7 +551,7 @@ class PrefixSubject:
         if op == "start":
             answer, hit = self._hit(self.start(r, list(a["tokens"])), len(a["tokens"]))
             effect["hit"] = answer
-            self.requests[r] = Request(list(a["tokens"]), hit, False, hit)
+            self.requests[r] = Request(list(a["tokens"]), hit, False)
         elif op == "compute":
             k = a["count"]
             if k > 0:
@@ -565,14 +560,13 @@ class PrefixSubject:
                 rows = payload_bits(cfg["seed"], record.tokens, cfg["layers"], cfg["row_width"], first, k)
                 self.compute(r, first, rows)
                 record.computed = first + k
-                record.reached = max(record.reached, record.computed)
         elif op == "extend":
             if a["tokens"]:
                 self.extend(r, list(a["tokens"]))
                 record.tokens = record.tokens + list(a["tokens"])
         elif op == "fork":
             self.fork(r, a["into"])
-            self.requests[a["into"]] = Request(list(record.tokens), record.computed, False, record.reached)
+            self.requests[a["into"]] = Request(list(record.tokens), record.computed, False)
         elif op == "rollback":
             k = a["count"]
             if k > 0:
@@ -585,11 +579,11 @@ class PrefixSubject:
             del self.requests[r]
         elif op == "preempt":
             self.preempt(r)
-            record.computed, record.preempted, record.reached = 0, True, 0
+            record.computed, record.preempted = 0, True
         elif op == "resume":
             answer, hit = self._hit(self.resume(r), len(record.tokens))
             effect["hit"] = answer
-            record.computed, record.preempted, record.reached = hit, False, hit
+            record.computed, record.preempted = hit, False
         elif op == "read":
             effect["read"] = record.computed
             effect["rows"] = base64.b64encode(rows_bytes(self.read(r))).decode("ascii")

@@ -395,11 +395,11 @@ class Ops(unittest.TestCase):
         self.assertEqual((ok["read"], decode(ok["rows"])), (3, flat(payload_bits(0, [1, 2, 3], 2, 2))))
         self.assertEqual(s.read(0), {"ok": {"read": 3, "rows": ok["rows"]}})
         self.assertEqual(s.op({"fork": {"request": 0, "into": 5}})["ok"]["in_use"], 4)
-        self.assertEqual(s.subject.requests[5], Request([1, 2, 3], 3, False, 3))
+        self.assertEqual(s.subject.requests[5], Request([1, 2, 3], 3, False))
         s.op({"extend": {"request": 5, "tokens": [4, 5]}})
-        self.assertEqual(s.subject.requests[5], Request([1, 2, 3, 4, 5], 3, False, 3))
+        self.assertEqual(s.subject.requests[5], Request([1, 2, 3, 4, 5], 3, False))
         s.op({"rollback": {"request": 5, "count": 3}})
-        self.assertEqual(s.subject.requests[5], Request([1, 2], 2, False, 3))
+        self.assertEqual(s.subject.requests[5], Request([1, 2], 2, False))
         s.op({"preempt": {"request": 5}})
         self.assertEqual(s.subject.requests[5], Request([1, 2], 0, True))
         self.assertEqual(s.op({"resume": {"request": 5}})["ok"]["hit"], 0)
@@ -474,7 +474,7 @@ class Ops(unittest.TestCase):
         for op, kind in self.REFUSALS:
             with self.subTest(op=op):
                 s = self.state()
-                requests = {r: Request(list(q.tokens), q.computed, q.preempted, q.reached) for r, q in s.subject.requests.items()}
+                requests = {r: Request(list(q.tokens), q.computed, q.preempted) for r, q in s.subject.requests.items()}
                 calls = len(s.subject.calls)
                 err = s.op(op)["err"]
                 self.assertEqual(err["kind"], kind)
@@ -699,7 +699,7 @@ class Windows(unittest.TestCase):
             with self.subTest(message=message):
                 self.assertIn(message, Session(subject, cfg).opened["outside"]["reason"])
 
-    def test_the_window_starts_at_the_most_reached_and_a_read_returns_it(self):
+    def test_the_window_starts_w_minus_one_keys_back_and_a_read_returns_it(self):
         s = Session(WindowedNaive(), self.windowed(size=2))
         self.assertEqual(s.subject.config["window"], {"size": 2, "layers": [1]})
         s.op({"start": {"request": 0, "tokens": [1, 2, 3, 4]}})
@@ -707,15 +707,15 @@ class Windows(unittest.TestCase):
         self.assertEqual(s.subject.window_start(0), 3)
         rows = payload_bits(0, [1, 2, 3, 4], 2, 1)
         self.assertEqual(decode(s.read(0)["ok"]["rows"]), flat([rows[0], rows[1][3:]]))
-        # A rollback keeps the most reached: the window is empty there.
+        # A rollback of two drafts: the next query attends keys [1, 2].
         s.op({"rollback": {"request": 0, "count": 2}})
-        self.assertEqual((s.subject.requests[0].reached, s.subject.window_start(0)), (4, 2))
-        self.assertEqual(decode(s.read(0)["ok"]["rows"]), flat([rows[0][:2], []]))
+        self.assertEqual(s.subject.window_start(0), 1)
+        self.assertEqual(decode(s.read(0)["ok"]["rows"]), flat([rows[0][:2], rows[1][1:2]]))
         s.op({"fork": {"request": 0, "into": 1}})
-        self.assertEqual(s.subject.requests[1].reached, 4)
+        self.assertEqual(s.subject.window_start(1), 1)
         s.op({"preempt": {"request": 1}})
         s.op({"resume": {"request": 1}})
-        self.assertEqual((s.subject.requests[1].reached, s.subject.window_start(1)), (0, 0))
+        self.assertEqual(s.subject.window_start(1), 0)
 
     def test_bad_window_declarations_are_named(self):
         for window, groups in [({"sizes": []}, None), ({"sizes": [0]}, None), ({"layer": [1]}, None),

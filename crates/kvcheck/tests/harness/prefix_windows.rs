@@ -2,8 +2,8 @@
 //! shipped paged cache on windowed configs under both judges, a read that
 //! ignores the window caught by each, the invariants' room bound over every
 //! block table of a request, and the Python reference subjects (windowed
-//! reads, blocks given up behind the window, its planted off-by-one) over
-//! the protocol.
+//! reads, blocks given up or freed behind the window, its planted
+//! off-by-one) over the protocol.
 
 use std::collections::BTreeSet;
 
@@ -198,6 +198,9 @@ fn the_windowed_python_references_pass_and_their_planted_off_by_one_is_caught() 
         ("--window", "judged by the model"),
         ("--window 1,3 --window-layers 1", "judged by the model"),
         ("--window --free-behind-window", "judged by the invariants"),
+        // Blocks behind the window freed, not cached: no hit is promised
+        // through them (P5 would fire on the next prompt that shares them).
+        ("--window --drop-behind-window", "judged by the invariants"),
     ] {
         let (code, out, err) = run(&reference(args), "150");
         assert_eq!(code, 0, "{args}: {out}{err}");

@@ -38,10 +38,6 @@ pub struct Request {
     /// preempted.
     blocks: Vec<Holding>,
     preempted: bool,
-    /// The most tokens computed since its `start` or last `resume` (a fork
-    /// copies it, a rollback keeps it): where a window's start stands
-    /// (docs/contract.md §19).
-    reached: usize,
 }
 
 impl Request {
@@ -59,12 +55,6 @@ impl Request {
     /// Whether the request is preempted (holds no block, awaits `resume`).
     pub fn is_preempted(&self) -> bool {
         self.preempted
-    }
-
-    /// The most tokens it has computed since its `start` or last `resume`
-    /// (docs/contract.md §19): a rollback does not lower it.
-    pub fn reached(&self) -> usize {
-        self.reached
     }
 }
 
@@ -155,13 +145,6 @@ impl PrefixModel {
                     id,
                     Request {
                         blocks,
-                        // Only a window reads it: without one, states
-                        // that differ in it answer everything alike.
-                        reached: if self.config.window.is_some() {
-                            r.reached
-                        } else {
-                            0
-                        },
                         ..r.clone()
                     },
                 )
@@ -242,7 +225,7 @@ impl PrefixModel {
     pub fn expected_rows(&self, request: RequestId) -> Option<Vec<f32>> {
         let r = self.requests.get(&request).filter(|r| !r.preempted)?;
         let all = payload_rows(&self.config, &r.tokens[..r.computed]);
-        let start = self.config.window_start(r.computed, r.reached);
+        let start = self.config.window_start(r.computed);
         Some(self.config.window_rows(&all, r.computed, start))
     }
 
@@ -251,7 +234,7 @@ impl PrefixModel {
     /// that does not exist or is preempted.
     pub fn window_start(&self, request: RequestId) -> Option<usize> {
         let r = self.requests.get(&request).filter(|r| !r.preempted)?;
-        Some(self.config.window_start(r.computed, r.reached))
+        Some(self.config.window_start(r.computed))
     }
 
     /// Applies `op`, which has index `index` in its trace (the time stamp

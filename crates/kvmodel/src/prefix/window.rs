@@ -119,12 +119,12 @@ impl PrefixConfig {
     }
 
     /// Where a read of a windowed layer starts for a request with
-    /// `computed` tokens computed that has reached `reached` since its
-    /// start or resume: `min(c, max(0, m − W + 1))`; 0 without a window.
-    pub fn window_start(&self, computed: usize, reached: usize) -> usize {
+    /// `computed` tokens computed: `max(0, c − W + 1)`, the first key the
+    /// query at position `c` attends; 0 without a window.
+    pub fn window_start(&self, computed: usize) -> usize {
         match &self.window {
             None => 0,
-            Some(w) => computed.min((reached + 1).saturating_sub(w.size)),
+            Some(w) => (computed + 1).saturating_sub(w.size).min(computed),
         }
     }
 

@@ -95,9 +95,6 @@ struct Shadow {
     tokens: Vec<Token>,
     computed: usize,
     preempted: bool,
-    /// The most computed since its start or resume: where its window
-    /// starts (docs/contract.md §19).
-    reached: usize,
 }
 
 /// A prefix cache judged by §17's invariants (see the module docs).

@@ -212,7 +212,7 @@ impl<C: PrefixSubjectCache> PrefixLockstep<C> {
         }
         let config = self.model.config().clone();
         for (id, r) in self.model.requests() {
-            let start = config.window_start(r.computed(), r.reached());
+            let start = config.window_start(r.computed());
             let read = self.cache.probe(id, start);
             if r.is_preempted() {
                 if read.as_ref().err().and_then(PrefixFailure::kind)

@@ -67,7 +67,6 @@ impl PrefixModel {
                 computed: hit,
                 blocks: reused,
                 preempted: false,
-                reached: hit,
             },
         );
         let fresh = self.allocate(op, request, needed)?;
@@ -92,7 +91,6 @@ impl PrefixModel {
         let b = self.config.block_size;
         let r = self.live_mut(request);
         r.computed += n as usize;
-        r.reached = r.reached.max(r.computed);
         let mut sealed = Vec::new();
         for j in 0..r.computed / b {
             if let Holding::Private(_) = r.blocks[j] {
@@ -221,7 +219,6 @@ impl PrefixModel {
         let r = self.live_mut(request);
         let blocks = std::mem::take(&mut r.blocks);
         r.computed = 0;
-        r.reached = 0;
         r.preempted = true;
         for holding in blocks {
             self.release(index, holding);

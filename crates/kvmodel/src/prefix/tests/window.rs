@@ -73,15 +73,14 @@ fn the_trace_form_fills_in_every_layer_and_names_a_bad_value() {
 }
 
 #[test]
-fn the_window_starts_at_the_most_reached_less_w_minus_one_and_never_moves_back() {
+fn the_window_starts_w_minus_one_keys_before_the_next_query() {
     let config = windowed(3, vec![1]);
-    assert_eq!(config.window_start(5, 5), 3);
-    assert_eq!(config.window_start(2, 2), 0);
-    // A rollback lowers `computed`, not `reached`: what left the window
-    // stays behind it, and the window is empty while it is.
-    assert_eq!(config.window_start(2, 5), 2);
-    assert_eq!(config.window_start(4, 5), 3);
-    assert_eq!(PrefixConfig::new(8, 2).window_start(5, 5), 0);
+    // The query at position 5 attends keys [3, 5]: 3 and 4 are cached.
+    assert_eq!(config.window_start(5), 3);
+    assert_eq!(config.window_start(2), 0);
+    assert_eq!(config.window_start(0), 0);
+    assert_eq!(windowed(1, vec![1]).window_start(4), 4);
+    assert_eq!(PrefixConfig::new(8, 2).window_start(5), 0);
     assert_eq!(config.read_range(0, 5, 3), 0..5);
     assert_eq!(config.read_range(1, 5, 3), 3..5);
 }
@@ -111,7 +110,8 @@ fn a_read_returns_a_windowed_layer_from_the_window_start_only() {
     assert_eq!(rows[..10], all[..10]);
     assert_eq!(rows[10..], all[(5 + 4) * 2..]);
     assert_eq!(check_rows(&config, &[1, 2, 3, 4, 5], 4, &rows), Ok(()));
-    // A rollback keeps the window where it was: nothing left to read there.
+    // A rollback of two drafts: the next query, at position 3, attends
+    // keys [2, 3] again, so the window moves back with it.
     model
         .apply(
             2,
@@ -121,22 +121,14 @@ fn a_read_returns_a_windowed_layer_from_the_window_start_only() {
             },
         )
         .unwrap();
-    assert_eq!(model.window_start(0), Some(3));
-    assert_eq!(model.expected_rows(0).unwrap().len(), 3 * 2);
-    // A fork copies where the window stands; a resume starts it again.
-    model
-        .apply(
-            3,
-            &PrefixOp::Fork {
-                request: 0,
-                into: 1,
-            },
-        )
-        .unwrap();
-    assert_eq!(model.window_start(1), Some(3));
+    assert_eq!(model.window_start(0), Some(2));
+    assert_eq!(model.expected_rows(0).unwrap().len(), (3 + 1) * 2);
+    // A fork shares it; a resume starts it from its hit.
+    model.apply(3, &PrefixOp::Fork { request: 0, into: 1 }).unwrap();
+    assert_eq!(model.window_start(1), Some(2));
     model.apply(4, &PrefixOp::Preempt { request: 1 }).unwrap();
+    assert_eq!(model.window_start(1), None);
     model.apply(5, &PrefixOp::Resume { request: 1 }).unwrap();
-    assert_eq!(model.request(1).unwrap().reached(), 2);
     assert_eq!(model.window_start(1), Some(1));
 }
 

@@ -118,7 +118,7 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
     /// start (§19).
     fn hit_blocks(&self, hit: usize) -> usize {
         let b = self.config.block_size;
-        let start = self.config.window_start(hit, hit);
+        let start = self.config.window_start(hit);
         self.groups.full * (hit / b) + self.groups.window * (hit / b - start / b)
     }
 
@@ -183,7 +183,6 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
                         tokens: tokens.clone(),
                         computed: hit,
                         preempted: false,
-                        reached: hit,
                     },
                 );
                 self.note_allocation(index, op, hit, before);
@@ -194,7 +193,6 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
                 reused = self.hit_blocks(hit);
                 let shadow = self.requests.get_mut(request).expect("checked");
                 shadow.computed = hit;
-                shadow.reached = hit;
                 shadow.preempted = false;
                 self.note_allocation(index, op, hit, before);
             }
@@ -202,11 +200,9 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
                 let shadow = self.requests.get_mut(request).expect("checked");
                 let from = shadow.computed;
                 shadow.computed += *count as usize;
-                shadow.reached = shadow.reached.max(shadow.computed);
-                let (tokens, to, reached) =
-                    (shadow.tokens.clone(), shadow.computed, shadow.reached);
+                let (tokens, to) = (shadow.tokens.clone(), shadow.computed);
                 reused = self.seal(index, &tokens, from, to) * self.groups.total();
-                self.behind_window(&tokens, to, reached);
+                self.behind_window(&tokens, to);
             }
             PrefixOp::Extend { request, tokens } => {
                 let shadow = self.requests.get_mut(request).expect("checked");
@@ -237,7 +233,6 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
             PrefixOp::Preempt { request } => {
                 let shadow = self.requests.get_mut(request).expect("checked");
                 shadow.computed = 0;
-                shadow.reached = 0;
                 shadow.preempted = true;
             }
             PrefixOp::Read { .. } => {}
@@ -348,9 +343,9 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
     /// A windowed cache may free, rather than cache, the blocks behind a
     /// request's window (§19): they stay a bound for P4 and are no longer a
     /// promise for P5.
-    fn behind_window(&mut self, tokens: &[Token], computed: usize, reached: usize) {
+    fn behind_window(&mut self, tokens: &[Token], computed: usize) {
         let b = self.config.block_size;
-        let start = self.config.window_start(computed, reached);
+        let start = self.config.window_start(computed);
         for end in (1..=start / b).map(|k| k * b) {
             self.doubtful.insert(tokens[..end].to_vec());
         }
@@ -363,7 +358,7 @@ impl<C: PrefixSubjectCache> PrefixInvariants<C> {
             let shadow = &self.requests[&id];
             let (preempted, computed) =
                 (shadow.preempted, shadow.tokens[..shadow.computed].to_vec());
-            let start = self.config.window_start(shadow.computed, shadow.reached);
+            let start = self.config.window_start(shadow.computed);
             let read = self.cache.probe(id, start);
             let verdict = if preempted {
                 match read.as_ref().err().and_then(PrefixFailure::kind) {
