@@ -98,8 +98,13 @@ class SglangRadixSubject(PrefixSubject):
 
     def __init__(self, tree="radix", page_sizes=None, blocks=None, ops=None, eviction_policy=None,
                  eviction_policy_config=None, chunked_prefill_size=None, swa=None, swa_layers=(1,),
-                 swa_eviction_interval=None):
+                 swa_eviction_interval=None, read_through=None):
         self.tree = tree
+        # --read-through: read every layer's rows through sglang's
+        # TorchNativeAttnBackend (repro/torch_native_read.py), the path
+        # "extend" or "decode"; None reads them back from the pools.
+        self.read_through = read_through
+        self.reader = None
         # The sliding-window mode (driver.SWARadixDriver): the window sizes W
         # opened (kvcheck's W; sglang's sliding_window_size is W - 1), the
         # windowed layers (the others full attention), and sglang's
@@ -137,6 +142,8 @@ class SglangRadixSubject(PrefixSubject):
             self.name += " + SWA (W %s, layers %s%s)" % (
                 ",".join(map(str, self.swa)), ",".join(map(str, self.swa_layers)),
                 "" if swa_eviction_interval is None else ", eviction interval %d" % swa_eviction_interval)
+        if read_through is not None:
+            self.name += " read through TorchNativeAttnBackend.forward_%s" % read_through
         # (least, most) pool sizes opened; a campaign row's domain.
         self.pool = blocks
         self.radix = None
@@ -173,7 +180,15 @@ class SglangRadixSubject(PrefixSubject):
         parser.add_argument("--swa-eviction-interval", type=int, default=None,
                             help="with --swa: sglang's SGLANG_SWA_EVICTION_INTERVAL, the tokens that must have "
                                  "left the window before a decode step frees them (default: sglang's, 128)")
+        parser.add_argument("--read-through", choices=("torch_native", "torch_native-decode"), default=None,
+                            help="with --swa: read every layer's rows through sglang's TorchNativeAttnBackend "
+                                 "(forward_extend, or forward_decode one position at a time) with a probe layer "
+                                 "of sliding_window_size 0, whose output rows are the rows it gathered, instead "
+                                 "of from the pools (repro/torch_native_read.py; docs/findings/"
+                                 "sglang-torch-native-swa-reads-full-slots.md)")
         args = parser.parse_args(argv)
+        if args.read_through is not None and args.swa is None:
+            parser.error("--read-through: with --swa only (the backend's SWA reads)")
         if args.swa is not None:
             if args.tree == "radix" and any(arg.startswith("--tree") for arg in argv):
                 parser.error("--swa: sglang builds UnifiedRadixCache (FULL + SWA) for a hybrid SWA model, not RadixCache")
@@ -191,7 +206,8 @@ class SglangRadixSubject(PrefixSubject):
         return cls(tree=args.tree, page_sizes=args.page_sizes, blocks=args.blocks, ops=args.ops,
                    eviction_policy=args.eviction_policy, eviction_policy_config=args.eviction_policy_config,
                    chunked_prefill_size=args.chunked_prefill_size, swa=args.swa, swa_layers=args.swa_layers,
-                   swa_eviction_interval=args.swa_eviction_interval)
+                   swa_eviction_interval=args.swa_eviction_interval,
+                   read_through={None: None, "torch_native": "extend", "torch_native-decode": "decode"}[args.read_through])
 
     def open(self, config):
         if self.pool is not None and not self.pool[0] <= config["blocks"] <= self.pool[1]:
@@ -203,6 +219,12 @@ class SglangRadixSubject(PrefixSubject):
             raise Outside("sglang's scheduler leaves the last prompt token to compute (max_prefix_len = input_len - 1)")
         if self.swa is not None:
             self.radix = self._open_swa(config)
+            self.reader = None
+            if self.read_through is not None:
+                sys.path.insert(0, os.path.join(HERE, "repro"))
+                from torch_native_read import TorchNativeRead
+
+                self.reader = TorchNativeRead(self.radix, self.read_through)
             return
         self.radix = driver.RadixDriver(config["blocks"], config["block_size"], config["layers"], config["row_width"],
                                         tree=self.tree, eviction_policy=self.eviction_policy,
@@ -257,6 +279,8 @@ class SglangRadixSubject(PrefixSubject):
     def read(self, request):
         if self.swa is not None:
             # A windowed layer's rows of [s, c) only (contract §19).
+            if self.reader is not None:
+                return self.reader.read(request, self.requests[request].computed, self.window_start(request))
             return self.radix.read(request, self.requests[request].computed, self.window_start(request))
         return self.radix.read(request, self.requests[request].computed)
 
