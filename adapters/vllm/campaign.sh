@@ -5,10 +5,15 @@
 # blocks: most allocations evict) and large ones (12-16 blocks), chunked
 # prefill, an engine without speculative decoding, a row that declares no
 # op vLLM answers outside to (no case cut), and the priority scheduling
-# policy. Writes, per row, the run's output and any minimized trace under
-# $OUT (default target/vllm-campaign), prints one summary line per row,
-# and last the campaign table (also $OUT/table.md), each row with the
-# command that produced it.
+# policy; then the sliding-window rows (docs/vllm.md, "Sliding-window
+# groups"): `swa-*` every layer windowed (one SlidingWindowSpec group),
+# `hyb-*` the hybrid allocator (layer 0 full, layer 1 windowed: two groups
+# over one pool, so its small pools are 2-8 blocks), windows smaller and
+# larger than a block, chunked prefill, with and without speculative
+# decoding, and the priority policy. Writes, per row, the run's output
+# and any minimized trace under $OUT (default target/vllm-campaign),
+# prints one summary line per row, and last the campaign table (also
+# $OUT/table.md), each row with the command that produced it.
 #
 #   adapters/vllm/campaign.sh [ROW...]
 #
@@ -39,6 +44,25 @@ rows=(
     "b2-uncut|--block-size 2 --ops start,compute,extend,finish,preempt,resume,read"
     "b2-priority|--block-size 2 --priority"
     "b2-priority-chunked|--block-size 2 --priority --chunk 2 --ops start,compute,preempt,resume,finish,read"
+    # Sliding windows (W: keys [p - W + 1, p]); several sizes per row, one per config.
+    "swa-b1-small|--block-size 1 --window 2,3,5 --blocks 1-4"
+    "swa-b2-small|--block-size 2 --window 2,3,5 --blocks 1-4"
+    "swa-b2-large|--block-size 2 --window 2,3,5 --blocks 12-16"
+    "swa-b16-small|--block-size 16 --window 4,20 --blocks 1-4"
+    "swa-b16-large|--block-size 16 --window 4,20 --blocks 12-16"
+    "swa-b2-chunked|--block-size 2 --window 3 --chunk 3"
+    "swa-b2-no-spec|--block-size 2 --window 3 --no-spec"
+    # W = 1: vLLM caches no block of the group (docs/vllm.md), so it never hits.
+    "swa-b2-w1|--block-size 2 --window 1"
+    "hyb-b1-small|--block-size 1 --window 2,3,5 --hybrid --blocks 2-8"
+    "hyb-b2-small|--block-size 2 --window 2,3,5 --hybrid --blocks 2-8"
+    "hyb-b2-large|--block-size 2 --window 2,3,5 --hybrid --blocks 12-16"
+    "hyb-b16-small|--block-size 16 --window 4,20 --hybrid --blocks 2-8"
+    "hyb-b16-large|--block-size 16 --window 4,20 --hybrid --blocks 12-16"
+    "hyb-b2-chunked|--block-size 2 --window 3 --hybrid --chunk 3"
+    "hyb-b16-chunked|--block-size 16 --window 20 --hybrid --chunk 8"
+    "hyb-b2-priority|--block-size 2 --window 3 --hybrid --priority"
+    "hyb-b2-priority-chunked|--block-size 2 --window 3 --hybrid --priority --chunk 2 --ops start,compute,preempt,resume,finish,read"
 )
 
 names=()

@@ -1,11 +1,12 @@
 """vLLM's v1 KV cache manager driven the way its scheduler drives it.
 
 `VllmManager` builds vLLM's own `Scheduler` (its `KVCacheManager`: one
-full-attention KV cache group, prefix caching on, vLLM's default block
-hash) and the block array a model runner would write, and makes, for each
-step of a request's life, the calls `Scheduler.schedule()` and
-`update_from_output()` make (vLLM 0.33.0), with the arguments they pass by
-default; preemption, finishing and resets are the scheduler's own methods:
+full-attention KV cache group, or with `window` sliding-window groups,
+prefix caching on, vLLM's default block hash) and the block array a model
+runner would write, and makes, for each step of a request's life, the
+calls `Scheduler.schedule()` and `update_from_output()` make (vLLM
+0.33.0), with the arguments they pass by default; preemption, finishing
+and resets are the scheduler's own methods:
 
 | step | what the scheduler does | here |
 |---|---|---|
@@ -20,6 +21,21 @@ default; preemption, finishing and resets are the scheduler's own methods:
 
 The drafter is n-gram style: no KV of its own, no lookahead slots, no
 EAGLE block drop. Needs vLLM and numpy; nothing here loads CUDA.
+
+With `window = W` the KV cache config is the one vLLM's hybrid allocator
+builds (`disable_hybrid_kv_cache_manager` off) for a model whose windowed
+layers have `sliding_window = W`: every layer windowed is one
+`SlidingWindowSpec` group (`UnitaryKVCacheCoordinator` over a
+`SlidingWindowManager`); windowed and full layers are a `FullAttentionSpec`
+group and a `SlidingWindowSpec` group over one pool
+(`HybridKVCacheCoordinator`). Each group has its own block table; vLLM's
+groups alias one page per block (`kv_cache_planning`: "Groups alias from
+byte 0"), so the block array holds, per block, the layers of one group,
+and a block two groups held at once would be overwritten. The window is
+vLLM's own: `allocate_slots` frees the blocks wholly below
+`get_num_skipped_tokens(c) = c - W + 1` (`remove_skipped_blocks`, on the
+request's computed count when the step is scheduled) and the hit is
+`SlidingWindowManager.find_longest_cache_hit`'s.
 """
 
 import os
@@ -41,7 +57,12 @@ from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
@@ -93,6 +114,14 @@ class NoRoomError(Exception):
     """`allocate_slots` answered None: the request is not scheduled."""
 
 
+class FreedOnNoRoomError(Exception):
+    """`allocate_slots` answered None after `remove_skipped_blocks` freed
+    blocks of the request that left its window: vLLM frees them first "even
+    if we cannot schedule this request due to insufficient free blocks"
+    (kv_cache_manager.py, allocate_slots), so the refused step changed the
+    pool."""
+
+
 class SameStepHitError(Exception):
     """A hit on blocks whose writer has not computed them yet: in vLLM a
     request admitted in the same step reads them in the same forward pass
@@ -102,16 +131,19 @@ class SameStepHitError(Exception):
 class VllmManager:
     """One KVCacheManager over `blocks` usable blocks of `block_size` tokens
     (vLLM's pool has one more: block 0 is its null block), and the block
-    array `[blocks + 1, block_size, layers, row_width]` of u32 bits a model
-    runner would fill.
+    array `[blocks + 1, block_size, slots, row_width]` of u32 bits a model
+    runner would fill (`slots`: the layers of the largest group).
 
     Requests are named by strings. `spec` is whether the engine is
     configured with speculative decoding (`num_speculative_tokens > 0`),
     which makes `update_from_output` cache the blocks of accepted drafts.
+    `window` is the sliding window W of the layers in `windowed` (default:
+    every layer); None: every layer full attention.
     """
 
     def __init__(self, blocks, block_size, layers=1, row_width=1, spec=True,
-                 hash_algo=None, chunk=None, eager=False, policy="fcfs"):
+                 hash_algo=None, chunk=None, eager=False, policy="fcfs",
+                 window=None, windowed=None):
         self.blocks = blocks
         self.block_size = block_size
         self.spec = spec
@@ -127,10 +159,27 @@ class VllmManager:
         hash_fn = get_hash_fn_by_name(self.hash_algo)
         init_none_hash(hash_fn)
         self.block_hasher = get_request_block_hasher(block_size, hash_fn)
-        spec_ = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=row_width,
-                                  dtype=torch.float32)
-        config = KVCacheConfig(num_blocks=blocks + 1, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec(["layers"], spec_)])
+        # The KV cache groups, full attention first (group 0), as
+        # kv_cache_planning orders a model whose layer 0 is full attention;
+        # `self.groups[g]` lists group g's layers and whether it is windowed.
+        self.window = window
+        windowed = sorted(range(layers) if windowed is None else windowed) if window else []
+        full = [layer for layer in range(layers) if layer not in windowed]
+        self.groups = []
+        specs = []
+        if full:
+            self.groups.append((full, False))
+            specs.append(KVCacheGroupSpec(
+                ["model.layers.%d.self_attn.attn" % layer for layer in full],
+                FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=row_width,
+                                  dtype=torch.float32)))
+        if windowed:
+            self.groups.append((windowed, True))
+            specs.append(KVCacheGroupSpec(
+                ["model.layers.%d.self_attn.attn" % layer for layer in windowed],
+                SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=row_width,
+                                  dtype=torch.float32, sliding_window=window)))
+        config = KVCacheConfig(num_blocks=blocks + 1, kv_cache_tensors=[], kv_cache_groups=specs)
         # vLLM's own Scheduler: its KVCacheManager is the subject, and its
         # _preempt_request, _free_request and reset_prefix_cache are called
         # as they are; schedule() is one loop over every request, so its
@@ -140,8 +189,12 @@ class VllmManager:
         self.scheduler = Scheduler(engine, config, StructuredOutputManager(engine), block_size=block_size)
         self.manager = self.scheduler.kv_cache_manager
         self.pool = self.manager.block_pool
+        # One page per block, shared by the groups (vLLM's groups alias
+        # their pages): group g's k-th layer is slot k of the blocks its
+        # table names.
+        slots = max(len(group_layers) for group_layers, _ in self.groups)
         # np.zeros is calloc'd: pages never written cost nothing.
-        self.kv = np.zeros((blocks + 1, block_size, layers, row_width), dtype=np.uint32)
+        self.kv = np.zeros((blocks + 1, block_size, slots, row_width), dtype=np.uint32)
         # request id -> Request; and the drafts of its last step not yet
         # accepted or rejected (computed, not in all_token_ids).
         self.requests = {}
@@ -163,7 +216,8 @@ class VllmManager:
         blocks, hit, _ = self.manager.get_computed_blocks(request)
         if same_step:
             pending = self.pending_blocks()
-            shared = [b.block_id for b in blocks.blocks[0] if b.block_id in pending]
+            shared = sorted({b.block_id for group in blocks.blocks for b in group
+                             if not b.is_null and b.block_id in pending})
             if shared:
                 raise SameStepHitError("the hit of %d tokens takes blocks %s, which the step being "
                                        "scheduled writes" % (hit, shared))
@@ -211,9 +265,9 @@ class VllmManager:
         for rid, request in self.requests.items():
             count = self.scheduled.get(rid, 0)
             if count:
-                table = self.manager.get_block_ids(rid)[0]
                 first = request.num_computed_tokens
-                pending.update(table[first // self.block_size:(first + count - 1) // self.block_size + 1])
+                for table in self.manager.get_block_ids(rid):
+                    pending.update(table[first // self.block_size:(first + count - 1) // self.block_size + 1])
         return pending
 
     def running(self):
@@ -242,10 +296,13 @@ class VllmManager:
             if not self.scheduled.get(rid) and not self._schedule_chunk(request):
                 raise NoRoomError("the next prefill chunk found no room")
             take = min(count - done, self.scheduled[rid])
-            table = self.manager.get_block_ids(rid)[0]
             positions = np.arange(first + done, first + done + take)
-            slots_b = np.asarray(table, dtype=np.int64)[positions // self.block_size]
-            self.kv[slots_b, positions % self.block_size] = rows[:, done:done + take].transpose(1, 0, 2)
+            # Each group's layers through its own table, as the model
+            # runner's slot mapping of each KV cache group does.
+            for (layers, _), table in zip(self.groups, self.manager.get_block_ids(rid)):
+                slots_b = np.asarray(table, dtype=np.int64)[positions // self.block_size]
+                self.kv[slots_b, positions % self.block_size, :len(layers)] = \
+                    rows[layers, done:done + take].transpose(1, 0, 2)
             request.num_computed_tokens += take
             self.scheduled[rid] -= take
             done += take
@@ -280,12 +337,17 @@ class VllmManager:
         request.append_output_token_ids(list(tokens[:1]))
         request.spec_token_ids = list(tokens[1:])
         new = request.num_tokens_with_spec - request.num_computed_tokens
+        before = self.tables(rid)
         blocks = self.manager.allocate_slots(request, new, num_lookahead_tokens=0)
         if blocks is None:
             # Not scheduled: the sampled token goes back (the request is as
             # it was before the step; vLLM would preempt to make room).
             request.spec_token_ids = []
             self._drop_last_output(request, len(tokens[:1]))
+            freed = sum(a != b for old, now in zip(before, self.tables(rid)) for a, b in zip(old, now))
+            if freed:
+                raise FreedOnNoRoomError("allocate_slots found no room for %d new tokens, after freeing "
+                                         "%d blocks of the request that left its window" % (new, freed))
             raise NoRoomError("allocate_slots found no room for %d new tokens" % new)
         self.drafts[rid] = list(request.spec_token_ids)
         request.spec_token_ids = []
@@ -348,14 +410,27 @@ class VllmManager:
 
     # -- what a reader sees ------------------------------------------------
 
-    def read(self, rid):
-        """[layer][position][dim] of the computed positions, gathered
-        through the request's block table."""
-        request = self.requests[rid]
-        count = request.num_computed_tokens
-        table = np.asarray(self.manager.get_block_ids(rid)[0], dtype=np.int64)
-        positions = np.arange(count)
-        return self.kv[table[positions // self.block_size], positions % self.block_size].transpose(1, 0, 2)
+    def read(self, rid, start=0):
+        """The rows a reader sees, as the little-endian u32 bytes of
+        `[layer][position][dim]`: a full-attention layer's positions
+        `[0, num_computed_tokens)` gathered through the full group's table,
+        a windowed layer's `[start, num_computed_tokens)` through its
+        sliding-window group's (the positions below lie in blocks vLLM
+        may have freed and nulled)."""
+        count = self.requests[rid].num_computed_tokens
+        per_layer = {}
+        for (layers, windowed), table in zip(self.groups, self.manager.get_block_ids(rid)):
+            positions = np.arange(min(start, count) if windowed else 0, count)
+            table = np.asarray(table, dtype=np.int64)
+            rows = self.kv[table[positions // self.block_size], positions % self.block_size]
+            for slot, layer in enumerate(layers):
+                per_layer[layer] = rows[:, slot]
+        return b"".join(per_layer[layer].astype("<u4").tobytes() for layer in sorted(per_layer))
+
+    def tables(self, rid):
+        """The request's block table of each group (`get_block_ids`; 0 is
+        the null block)."""
+        return [list(table) for table in self.manager.get_block_ids(rid)]
 
     def counts(self):
         """(in_use, cached, free) from the block pool's own state: blocks a

@@ -20,7 +20,7 @@ judges is which blocks vLLM hands each request (docs/vllm.md).
 | `preempt r` | `Scheduler._preempt_request`: `free`, `num_computed_tokens = 0` |
 | `resume r` | the preempted request admitted again: `start`'s calls over its prompt and output tokens |
 | `clear` | `Scheduler.reset_prefix_cache()`; vLLM refuses (returns False, changes nothing) while a request holds blocks: outside |
-| `read r` | the rows of positions `[0, num_computed_tokens)` gathered through `get_block_ids` |
+| `read r` | the rows of positions `[0, num_computed_tokens)` gathered through `get_block_ids` (a windowed layer's from the window's start, through its group's table) |
 
 `counts()` are the block pool's own: blocks with `ref_cnt > 0` (in use),
 blocks in the free queue that keep a prefix-cache hash (cached), and the
@@ -28,6 +28,7 @@ rest of the free queue (free), the null block left out.
 
     adapters/vllm/.venv/bin/python adapters/vllm/subject.py [--no-spec] [--max-drafts K]
         [--chunk C] [--block-size B] [--blocks LO-HI] [--ops OP,...] [--priority]
+        [--window W[,W...] [--hybrid]]
 
 `--no-spec`: an engine without speculative decoding: a step schedules one
 token, so an `extend` of more than one token is outside and `rollback` is
@@ -55,6 +56,18 @@ carries drafts (vLLM drops them, the contract keeps them), and a `start`
 or `resume` whose hit takes blocks a running request has scheduled and
 not computed (in vLLM such a request is admitted in the same step and
 reads them in the forward pass that writes them).
+
+`--window W`: sliding-window attention of `sliding_window = W` (a query at
+position p attends keys [p - W + 1, p], the contract's W, §19) on every
+layer: one `SlidingWindowSpec` KV cache group, so vLLM's
+`SlidingWindowManager` frees the blocks that leave the window and finds
+windowed hits. With `--hybrid`, layer 0 is full attention and layer 1
+windowed: a `FullAttentionSpec` group and a `SlidingWindowSpec` group
+over one pool (`HybridKVCacheCoordinator`), each with its own block
+table; configs of other than 2 layers are outside. The subject declares
+the capabilities `window` (sizes W..., layers all or [1]) and `groups`
+({"full": 0, "window": 1} or {"full": 1, "window": 1}); a read returns a
+windowed layer's rows of positions [s, c) only (`window_start`).
 """
 
 import argparse
@@ -80,7 +93,7 @@ class VllmManagerSubject(PrefixSubject):
     steps = "whole"
 
     def __init__(self, spec=True, max_drafts=None, block_size=None, blocks=None, ops=None,
-                 priority=False, chunk=None):
+                 priority=False, chunk=None, windows=None, hybrid=False):
         self.spec = spec
         self.chunk = chunk
         self.max_drafts = max_drafts if spec else 0
@@ -98,6 +111,17 @@ class VllmManagerSubject(PrefixSubject):
         if priority:
             self.steps = "free"
             notes.append("priority scheduling")
+        if hybrid and not windows:
+            raise ValueError("--hybrid needs --window W: the size of its sliding-window layer")
+        self.hybrid = hybrid
+        if windows:
+            # The hello's `window` and `groups` (docs/contract.md §19): the
+            # hybrid's layer 1 is windowed, its layer 0 full attention.
+            self.window = {"sizes": sorted(set(windows)), "layers": [1] if hybrid else None}
+            self.groups = {"full": 1 if hybrid else 0, "window": 1}
+            sizes = "/".join(str(w) for w in sorted(set(windows)))
+            notes.append("full layer 0 + sliding window %s on layer 1" % sizes if hybrid
+                         else "sliding window %s" % sizes)
         self.ops = declared
         if block_size is not None:
             self.block_sizes = (block_size,)
@@ -120,14 +144,24 @@ class VllmManagerSubject(PrefixSubject):
                             help="chunked prefill: at most this many prompt tokens per step")
         parser.add_argument("--priority", action="store_true",
                             help="the priority scheduling policy: preemption after allocation (steps: free)")
+        parser.add_argument("--window", default=None, metavar="W[,W...]",
+                            help="sliding-window attention of these sizes (every layer; with --hybrid, layer 1)")
+        parser.add_argument("--hybrid", action="store_true",
+                            help="with --window: layer 0 full attention, layer 1 windowed (two KV cache groups)")
         args = parser.parse_args(argv)
+        if args.hybrid and not args.window:
+            parser.error("--hybrid needs --window W")
+        windows = [int(w) for w in args.window.split(",")] if args.window else None
+        if windows and min(windows) < 1:
+            parser.error("a sliding window holds at least one key (the query's own)")
         blocks = None
         if args.blocks:
             lo, _, hi = args.blocks.partition("-")
             blocks = (int(lo), int(hi or lo))
         ops = tuple(args.ops.split(",")) if args.ops else None
         return cls(spec=not args.no_spec, max_drafts=args.max_drafts, block_size=args.block_size,
-                   blocks=blocks, ops=ops, priority=args.priority, chunk=args.chunk)
+                   blocks=blocks, ops=ops, priority=args.priority, chunk=args.chunk,
+                   windows=windows, hybrid=args.hybrid)
 
     @staticmethod
     def _id(request):
@@ -147,10 +181,20 @@ class VllmManagerSubject(PrefixSubject):
             raise Outside("vLLM leaves the last prompt token to compute (max_cache_hit_length = num_tokens - 1)")
         if self.blocks and not self.blocks[0] <= config["blocks"] <= self.blocks[1]:
             raise Outside("this row opens pools of %d to %d blocks" % self.blocks)
+        window = config.get("window")
+        if self.hybrid and config["layers"] != 2:
+            # vLLM's hybrid allocator groups layers into groups of one size
+            # (one page per block for each group): 1 full + 1 windowed layer
+            # is one group of each, the `groups` declared; other counts
+            # would make more groups.
+            raise Outside("the hybrid row models layer 0 full and layer 1 windowed: 2 layers, not %d"
+                          % config["layers"])
         self.vllm = vllm_manager.VllmManager(config["blocks"], config["block_size"],
                                              config["layers"], config["row_width"], spec=self.spec,
                                              chunk=self.chunk, eager=self.priority,
-                                             policy="priority" if self.priority else "fcfs")
+                                             policy="priority" if self.priority else "fcfs",
+                                             window=window["size"] if window else None,
+                                             windowed=window["layers"] if window else None)
 
     def counts(self):
         return self.vllm.counts()
@@ -189,6 +233,12 @@ class VllmManagerSubject(PrefixSubject):
             self.vllm.extend(self._id(request), list(tokens))
         except vllm_manager.NoRoomError as error:
             raise NoRoom(str(error))
+        except vllm_manager.FreedOnNoRoomError as error:
+            # Not a no_room: the contract's refusal changes nothing (P7),
+            # and vLLM's freed what left the window before it found no room
+            # (docs/vllm.md, differences by design).
+            raise Outside("%s: vLLM frees a request's blocks that left the window before it checks "
+                          "for room, so its refusal changes the pool" % error)
 
     def rollback(self, request, count):
         self._not_in_flight(request, "a rollback:rejects drafts after the forward pass")
@@ -217,7 +267,10 @@ class VllmManagerSubject(PrefixSubject):
         return self._admitted(lambda: self.vllm.resume(self._id(request), same_step=self.priority))
 
     def read(self, request):
-        return self.vllm.read(self._id(request))
+        # The window's start is the contract's (§19): vLLM keeps at least
+        # that much (it frees only blocks wholly below c - W + 1 for a
+        # computed count c the request had when a step was scheduled).
+        return self.vllm.read(self._id(request), self.window_start(request))
 
     def clear(self):
         if not self.vllm.clear():

@@ -49,7 +49,7 @@
 //!     cache.apply(i as u64, op).unwrap();
 //! }
 //! let rows = cache.read_values(1).unwrap();
-//! assert_eq!(check_rows(&config, &[7, 8, 9, 10, 3], &rows), Ok(()));
+//! assert_eq!(check_rows(&config, &[7, 8, 9, 10, 3], 0, &rows), Ok(()));
 //! ```
 
 mod blocks;
