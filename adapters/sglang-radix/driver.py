@@ -130,27 +130,8 @@ class RadixDriver:
 
     def __init__(self, blocks, page_size, layers=1, row_width=1, tree="radix", eviction_policy=None,
                  eviction_policy_config=None, chunked_prefill_size=None):
-        self.blocks = blocks
-        self.page_size = page_size
-        self.model_config = publish(page_size, eviction_policy, eviction_policy_config, chunked_prefill_size)
-        # The scheduler's chunk (--chunked-prefill-size; 4096 on the CPU by
-        # default; -1 or None: no chunking).
-        chunk = runtime_context.get_schedule().chunked_prefill_size
-        self.chunk = chunk if chunk is not None and chunk > 0 else 1 << 62
-        memory = runtime_context.get_memory()
-        # A row per running request (its max_running_requests): requests
-        # whose tokens are all in the tree hold no page of their own, so the
-        # pool does not bound them; 256 more rows than pages never run out
-        # under kvcheck's few request ids. A row spans the whole pool.
-        self.req_to_token_pool = ReqToTokenPool(
-            size=blocks + 256,
-            max_context_len=blocks * page_size + 1,
-            device="cpu",
-            enable_memory_saver=False,
-        )
-        # need_sort as the scheduler sets it outside disaggregation
-        # (kv_cache_configurator.py); the dtype is the KV pool's, unused here.
-        need_sort = runtime_context.get_disagg().disaggregation_mode in ("decode", "prefill")
+        memory, need_sort = self._scheduler(blocks, page_size, eviction_policy, eviction_policy_config,
+                                            chunked_prefill_size)
         if page_size == 1:
             self.allocator = TokenToKVPoolAllocator(
                 size=blocks, dtype=torch.float32, device="cpu", kvcache=None, need_sort=need_sort
@@ -193,6 +174,32 @@ class RadixDriver:
         self.prefilling = set()  # ids whose prefill forward has not run yet
 
     # -- accounting ------------------------------------------------------
+
+    def _scheduler(self, blocks, page_size, eviction_policy, eviction_policy_config, chunked_prefill_size):
+        """What both drivers set up as the scheduler does: the published
+        config, the chunk, the request-to-token pool; returns sglang's
+        memory context and the allocators' `need_sort`."""
+        self.blocks = blocks
+        self.page_size = page_size
+        self.model_config = publish(page_size, eviction_policy, eviction_policy_config, chunked_prefill_size)
+        # The scheduler's chunk (--chunked-prefill-size; 4096 on the CPU by
+        # default; -1 or None: no chunking).
+        chunk = runtime_context.get_schedule().chunked_prefill_size
+        self.chunk = chunk if chunk is not None and chunk > 0 else 1 << 62
+        # A row per running request (its max_running_requests): requests
+        # whose tokens are all in the tree hold no page of their own, so the
+        # pool does not bound them; 256 more rows than pages never run out
+        # under kvcheck's few request ids. A row spans the whole pool.
+        self.req_to_token_pool = ReqToTokenPool(
+            size=blocks + 256,
+            max_context_len=blocks * page_size + 1,
+            device="cpu",
+            enable_memory_saver=False,
+        )
+        # need_sort as the scheduler sets it outside disaggregation
+        # (kv_cache_configurator.py); the dtype is the KV pool's, unused here.
+        need_sort = runtime_context.get_disagg().disaggregation_mode in ("decode", "prefill")
+        return runtime_context.get_memory(), need_sort
 
     def counts(self):
         """(in_use, cached, free) in pages: the pages the running requests'
@@ -461,22 +468,10 @@ class SWARadixDriver(RadixDriver):
             os.environ.pop(_INTERVAL, None)
         else:
             os.environ[_INTERVAL] = _INTERVAL_AT_START
-        self.blocks = blocks
-        self.page_size = page_size
         self.layers = layers
         self.sliding_window_size = window - 1
-        self.model_config = publish(page_size, eviction_policy, eviction_policy_config, chunked_prefill_size)
-        schedule = runtime_context.get_schedule()
-        chunk = schedule.chunked_prefill_size
-        self.chunk = chunk if chunk is not None and chunk > 0 else 1 << 62
-        memory = runtime_context.get_memory()
-        self.req_to_token_pool = ReqToTokenPool(
-            size=blocks + 256,
-            max_context_len=blocks * page_size + 1,
-            device="cpu",
-            enable_memory_saver=False,
-        )
-        need_sort = runtime_context.get_disagg().disaggregation_mode in ("decode", "prefill")
+        memory, need_sort = self._scheduler(blocks, page_size, eviction_policy, eviction_policy_config,
+                                            chunked_prefill_size)
         size = blocks * page_size
         # Both sub-pools of `blocks` pages (sglang's --swa-full-tokens-ratio
         # 1.0): the SWA side then never runs short before the full side
@@ -510,7 +505,7 @@ class SWARadixDriver(RadixDriver):
             page_size=page_size,
             eviction_policy=memory.radix_eviction_policy,
             eviction_policy_config=memory.radix_eviction_policy_config,
-            chunked_prefill_size=chunk,
+            chunked_prefill_size=runtime_context.get_schedule().chunked_prefill_size,
             sliding_window_size=self.sliding_window_size,
             tree_components=(ComponentType.FULL, ComponentType.SWA),
         )
