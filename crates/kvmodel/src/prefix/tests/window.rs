@@ -124,7 +124,15 @@ fn a_read_returns_a_windowed_layer_from_the_window_start_only() {
     assert_eq!(model.window_start(0), Some(2));
     assert_eq!(model.expected_rows(0).unwrap().len(), (3 + 1) * 2);
     // A fork shares it; a resume starts it from its hit.
-    model.apply(3, &PrefixOp::Fork { request: 0, into: 1 }).unwrap();
+    model
+        .apply(
+            3,
+            &PrefixOp::Fork {
+                request: 0,
+                into: 1,
+            },
+        )
+        .unwrap();
     assert_eq!(model.window_start(1), Some(2));
     model.apply(4, &PrefixOp::Preempt { request: 1 }).unwrap();
     assert_eq!(model.window_start(1), None);
