@@ -415,15 +415,15 @@ class Findings(unittest.TestCase):
     """The minimized trace of the finding (tests/traces/): it shows the
     finding on the release, or the test skips naming it (a patched vLLM)."""
 
-    def test_priority_preemption_leaves_unwritten_blocks_cached(self):
+    def replay_finding(self, fields, **options):
+        """The finding's saved ops on a priority subject of chunks of 2 (its
+        config with `fields` changed, the subject with `options`): (the
+        config, the session, the last answer), or a skip on a vLLM that
+        drops the unwritten blocks."""
         with open(os.path.join(HERE, "traces", FINDING + ".kvtrace.json")) as f:
             trace = json.load(f)
-        config = dict(trace["config"])
-        # start r0 [0 1 2 0] (its first chunk, [0 1], scheduled), compute 2
-        # (the forward pass; the next step allocates the chunk [2 0], whose
-        # full block vLLM caches at once), preempt r0 (the priority victim,
-        # before that chunk's forward pass), start r3 [0 1 2 0 2].
-        session = PrefixSession(subject.VllmManagerSubject(priority=True, chunk=2, block_size=2))
+        config = dict(trace["config"], **fields)
+        session = PrefixSession(subject.VllmManagerSubject(priority=True, chunk=2, block_size=2, **options))
         session.handle(HELLO)
         self.assertIn("ok", session.handle({"open": {"config": config}}))
         for index, op in enumerate(trace["ops"]):
@@ -432,6 +432,14 @@ class Findings(unittest.TestCase):
         if response["ok"]["hit"] == 2:
             self.skipTest("this vLLM drops the unwritten blocks of a preempted request from the "
                           "prefix cache (docs/findings/%s.md)" % FINDING)
+        return config, session, response
+
+    def test_priority_preemption_leaves_unwritten_blocks_cached(self):
+        # start r0 [0 1 2 0] (its first chunk, [0 1], scheduled), compute 2
+        # (the forward pass; the next step allocates the chunk [2 0], whose
+        # full block vLLM caches at once), preempt r0 (the priority victim,
+        # before that chunk's forward pass), start r3 [0 1 2 0 2].
+        config, session, response = self.replay_finding({})
         # Only [0 1] was ever computed, but r3 is handed [0 1 2 0] ...
         self.assertEqual(response["ok"]["hit"], 4)
         # ... and reads, for positions 2 and 3, a block never written.
@@ -443,23 +451,11 @@ class Findings(unittest.TestCase):
         self.assertEqual(got[2:], [0, 0])
         self.assertNotEqual(got[2:], want[2:])
 
-
     def test_the_finding_holds_in_both_groups_of_the_hybrid(self):
         # The finding's ops on the hybrid (layer 1 windowed, W = 3): both
         # groups cache the chunk [2 0] the preempted request never wrote.
-        with open(os.path.join(HERE, "traces", FINDING + ".kvtrace.json")) as f:
-            trace = json.load(f)
-        config = dict(trace["config"], layers=2, window={"size": 3, "layers": [1]})
-        session = PrefixSession(subject.VllmManagerSubject(priority=True, chunk=2, block_size=2,
-                                                           windows=[3], hybrid=True))
-        session.handle(HELLO)
-        self.assertIn("ok", session.handle({"open": {"config": config}}))
-        for index, op in enumerate(trace["ops"]):
-            response = session.handle({"op": op, "index": index})
-            self.assertIn("ok", response, (op, response))
-        if response["ok"]["hit"] == 2:
-            self.skipTest("this vLLM drops the unwritten blocks of a preempted request from the "
-                          "prefix cache (docs/findings/%s.md)" % FINDING)
+        _, session, response = self.replay_finding(
+            {"layers": 2, "window": {"size": 3, "layers": [1]}}, windows=[3], hybrid=True)
         self.assertEqual(response["ok"]["hit"], 4)
         full, window = session.subject.vllm.tables("3")
         self.assertNotIn(0, full[:2])
