@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kvcheck::engine::prefix::campaign::{self, PrefixRunSettings};
+use kvcheck::engine::prefix::campaign::{self, PrefixRunSettings, Windows};
 use kvcheck::engine::prefix::drive::Judge;
 use kvcheck::engine::prefix::{self as family};
 use kvcheck::settings::Settings;
@@ -138,7 +138,11 @@ fn run_campaign(args: RunArgs, settings: &Settings) -> Result<(), CliError> {
         max_ops: args.max_ops,
         judge: args.subject.judge()?,
         max_tests: args.max_tests,
-        windows: args.windows,
+        windows: if args.windows {
+            Windows::Always
+        } else {
+            Windows::Never
+        },
     };
     let mut subject = args.subject.open(settings)?;
     let bar = ProgressBar::with_draw_target(run_settings.cases, ProgressDrawTarget::stderr());

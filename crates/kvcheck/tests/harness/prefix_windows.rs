@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 
 use candle_core::Device;
 use kvcache::PagedCache;
-use kvcheck::engine::prefix::campaign::{self, draw_case, PagedSubject, PrefixRunSettings};
+use kvcheck::engine::prefix::campaign::{
+    self, draw_case, PagedSubject, PrefixRunSettings, Windows,
+};
 use kvcheck::engine::prefix::drive::{drive, Judge};
 use kvcheck::engine::prefix::PrefixDivergenceKind;
 use kvcheck::subject::prefix::{
@@ -43,7 +45,7 @@ fn windowed_campaigns_draw_windows_and_both_judges_pass_the_paged_cache() {
             seed: 5,
             cases: Some(400),
             judge: Some(judge.clone()),
-            windows: true,
+            windows: Windows::Always,
             ..PrefixRunSettings::default()
         };
         let report = campaign::run(&mut PagedSubject { fault: None }, &settings, &mut |_| {});
@@ -216,4 +218,34 @@ fn the_windowed_python_references_pass_and_their_planted_off_by_one_is_caught() 
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("P3: r"), "{out}");
     assert!(out.contains("holds 0.0"), "{out}");
+}
+
+#[test]
+fn check_prefix_draws_a_window_on_every_other_case_of_a_cache_that_opens_any() {
+    use kvcheck::engine::prefix::check::PrefixFactory;
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let factory = |ignore_window: bool| {
+        let seen = seen.clone();
+        PrefixFactory {
+            name: "paged".into(),
+            capabilities: PrefixCapabilities::full(),
+            make: move |config: &PrefixConfig| {
+                seen.borrow_mut().push(config.window.is_some());
+                Ok::<_, String>(misreading(config, ignore_window, false))
+            },
+        }
+    };
+    let settings = kvcheck::CheckSettings::default().cases(60).seed(3);
+    let checked = kvcheck::check_prefix(factory(false), &settings).unwrap();
+    assert_eq!(checked.report.unwrap().cases, 60);
+    let windowed = seen.borrow().iter().filter(|&&w| w).count();
+    assert_eq!(windowed, 30, "{:?}", seen.borrow());
+    // A cache that reads every row whatever the window fails the same call.
+    let failure = kvcheck::check_prefix(factory(true), &settings)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        failure.contains("windowed layers from position"),
+        "{failure}"
+    );
 }

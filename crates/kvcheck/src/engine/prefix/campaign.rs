@@ -139,10 +139,34 @@ pub struct PrefixRunSettings {
     pub judge: Option<Judge>,
     /// Most runs the minimizer spends on a failure.
     pub max_tests: usize,
-    /// Draw a window (docs/contract.md §19) on every config of a subject
-    /// that opens any window ([`strategy::windowed_cases`]); a subject that
+    /// Which configs of a subject that opens any window get one
+    /// (docs/contract.md §19, [`strategy::windowed_cases`]); a subject that
     /// opens only windowed configs always gets them.
-    pub windows: bool,
+    pub windows: Windows,
+}
+
+/// Which cases of a subject that opens any window (the shipped paged
+/// cache) draw one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Windows {
+    /// None: the full-attention campaign (`kvcheck prefix run`, `power`).
+    #[default]
+    Never,
+    /// Every case (`kvcheck prefix run --windows`).
+    Always,
+    /// The odd cases (`kvcheck::check_prefix`: one call checks both).
+    EveryOther,
+}
+
+impl Windows {
+    /// Whether case `case` draws a window.
+    pub fn in_case(self, case: u64) -> bool {
+        match self {
+            Windows::Never => false,
+            Windows::Always => true,
+            Windows::EveryOther => case % 2 == 1,
+        }
+    }
 }
 
 impl Default for PrefixRunSettings {
@@ -154,7 +178,7 @@ impl Default for PrefixRunSettings {
             max_ops: 40,
             judge: None,
             max_tests: 2_000,
-            windows: false,
+            windows: Windows::Never,
         }
     }
 }
@@ -272,7 +296,7 @@ pub fn run(
             settings.seed,
             case,
             settings.max_ops,
-            settings.windows,
+            settings.windows.in_case(case),
         );
         let steps = case_steps(&caps, case);
         let driven = match subject.drive(&config, &judge, steps, &ops) {

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use kvmodel::prefix::PrefixConfig;
 
-use super::campaign::{self, PrefixOpenError, PrefixRunReport, PrefixRunSettings, PrefixSubject};
+use super::campaign::{
+    self, PrefixOpenError, PrefixRunReport, PrefixRunSettings, PrefixSubject, Windows,
+};
 use super::drive::{drive, Driven, Judge};
 use crate::engine::check::{clock_seed, test_replay, CheckSettings, REPLAY_VAR};
 use crate::subject::prefix::{PrefixCapabilities, PrefixSubjectCache, Steps};
@@ -100,9 +102,9 @@ where
         max_ops: settings.max_ops.min(60),
         judge: None,
         max_tests: settings.max_tests,
-        // A cache that opens any window is checked without one here;
-        // one that declares `WindowCaps::Fixed` gets its windows.
-        windows: false,
+        // A cache that opens any window is checked with one on every other
+        // case; one that declares `WindowCaps::Fixed` gets its windows.
+        windows: Windows::EveryOther,
     };
     let report = campaign::run(&mut factory, &run, &mut |_| {});
     if let Some(problem) = report.setup {
