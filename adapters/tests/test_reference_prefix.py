@@ -19,14 +19,13 @@ import sys
 import unittest
 
 from kvcheck.adapter import load_module, script_env
-from kvcheck.prefix import OPS, PrefixSession, payload_bits
+from kvcheck.prefix import HARNESS_HELLO as HELLO, OPS, PrefixSession, payload_bits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTERS = os.path.dirname(HERE)
 ROOT = os.path.dirname(ADAPTERS)
 reference = load_module(ADAPTERS, "reference_prefix_subject")
 
-HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
 
 
 def doc_example():

@@ -74,6 +74,7 @@ the arguments an adapter passes.
 """
 
 import argparse
+import ast
 import importlib.util
 import os
 import sys
@@ -446,3 +447,18 @@ def script_env(*folders, env=None):
         path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(path)
     return env
+
+
+def class_attribute(path, class_name, attribute):
+    """The literal value of `class_name.attribute` in the Python file at
+    `path`, read from its source without importing it (a test that runs
+    without the library the file imports). AssertionError when there is
+    none."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.Assign) and getattr(item.targets[0], "id", None) == attribute:
+                    return ast.literal_eval(item.value)
+    raise AssertionError("no %s in %s of %s" % (attribute, class_name, path))

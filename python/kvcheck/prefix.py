@@ -107,6 +107,9 @@ from .subject import PROTOCOL, AdapterError, Outside, Refused, exception, withou
 # `groups` capabilities).
 REVISION = 6
 FAMILY = "prefix"
+# What a harness of this revision sends first: for tests and tools that
+# drive a PrefixSession themselves.
+HARNESS_HELLO = {"hello": {"protocol": PROTOCOL, "revision": REVISION, "family": FAMILY}}
 
 # docs/contract.md §15, in the contract's order.
 OPS = ("start", "compute", "extend", "fork", "rollback", "finish", "preempt", "resume", "read", "evict", "clear")

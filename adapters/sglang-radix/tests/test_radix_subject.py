@@ -9,7 +9,6 @@ without it they skip, saying so:
     adapters/sglang-radix/.venv/bin/python -m unittest discover -s adapters/sglang-radix/tests -v
 """
 
-import ast
 import base64
 import json
 import os
@@ -19,7 +18,8 @@ import subprocess
 import sys
 import unittest
 
-from kvcheck.prefix import PrefixSession, payload_bits
+from kvcheck.adapter import class_attribute
+from kvcheck.prefix import HARNESS_HELLO as HELLO, PrefixSession, payload_bits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.dirname(HERE)
@@ -43,19 +43,11 @@ if HAVE_LIBRARY:
     sys.path.insert(0, ADAPTER)
     import subject  # noqa: E402
 
-HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 5, "family": "prefix"}}
 
 
 def declared_ops():
     """The `ops` of SglangRadixSubject, read from the source (no import)."""
-    with open(SUBJECT) as f:
-        tree = ast.parse(f.read())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "SglangRadixSubject":
-            for item in node.body:
-                if isinstance(item, ast.Assign) and item.targets[0].id == "ops":
-                    return ast.literal_eval(item.value)
-    raise AssertionError("no ops in SglangRadixSubject")
+    return class_attribute(SUBJECT, "SglangRadixSubject", "ops")
 
 
 class Page(unittest.TestCase):
@@ -322,7 +314,7 @@ class SwaPool(Pool):
         self.subject = subject.SglangRadixSubject(swa=(window,), swa_eviction_interval=interval,
                                                   chunked_prefill_size=chunk)
         self.session = PrefixSession(self.subject)
-        self.hello = self.session.handle(HELLO_6)
+        self.hello = self.session.handle(HELLO)
         self.opened = self.session.handle({"open": {"config": self.config}})
         self.counts = self.opened.get("ok")
         self.index = 0
@@ -357,7 +349,6 @@ class SwaPool(Pool):
         return d.allocator.translate_loc_from_full_to_swa(row).tolist()
 
 
-HELLO_6 = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
 
 
 @unittest.skipUnless(HAVE_LIBRARY, SKIP)

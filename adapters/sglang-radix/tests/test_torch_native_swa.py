@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import struct
-import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,26 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(ADAPTER))
 FINDING = "sglang-torch-native-swa-reads-full-slots"
 TRACE = os.path.join(ROOT, "docs", "findings", FINDING + ".kvtrace.json")
 
-VENV = os.environ.get("VENV") or os.path.join(ADAPTER, ".venv")
-try:
-    import sglang  # noqa: F401
-    import torch  # noqa: F401
-
-    from kvcheck.prefix import PrefixSession, payload_bits
-
-    HAVE_LIBRARY = os.path.exists(os.path.join(VENV, "KVCHECK_SGLANG_RADIX_READY"))
-except ImportError:
-    HAVE_LIBRARY = False
-SKIP = (
-    "sglang radix-cache environment absent: run adapters/sglang-radix/setup.sh, "
-    "then this with adapters/sglang-radix/.venv/bin/python"
-)
+# The environment check, and the subject module once it passes, are the
+# adapter's other tests' (unittest discover puts this folder on the path).
+from test_radix_subject import HAVE_LIBRARY, HELLO, SKIP  # noqa: E402
 
 if HAVE_LIBRARY:
-    sys.path.insert(0, ADAPTER)
-    import subject  # noqa: E402
-
-HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
+    from kvcheck.prefix import PrefixSession, payload_bits  # noqa: E402
+    from test_radix_subject import subject  # noqa: E402
 
 
 def replay(read_through):

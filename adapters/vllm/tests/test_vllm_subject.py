@@ -9,7 +9,6 @@ so:
     adapters/vllm/.venv/bin/python -m unittest discover -s adapters/vllm/tests -v
 """
 
-import ast
 import base64
 import json
 import os
@@ -19,7 +18,8 @@ import subprocess
 import sys
 import unittest
 
-from kvcheck.prefix import PrefixSession, payload_bits
+from kvcheck.adapter import class_attribute
+from kvcheck.prefix import HARNESS_HELLO as HELLO, PrefixSession, payload_bits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.dirname(HERE)
@@ -39,19 +39,11 @@ if HAVE_LIBRARY:
     sys.path.insert(0, ADAPTER)
     import subject  # noqa: E402
 
-HELLO = {"hello": {"protocol": "kvcheck-subject/1", "revision": 6, "family": "prefix"}}
 
 
 def declared_ops():
     """The `ops` of VllmManagerSubject, read from the source (no import)."""
-    with open(SUBJECT) as f:
-        tree = ast.parse(f.read())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "VllmManagerSubject":
-            for item in node.body:
-                if isinstance(item, ast.Assign) and item.targets[0].id == "ops":
-                    return ast.literal_eval(item.value)
-    raise AssertionError("no ops in VllmManagerSubject")
+    return class_attribute(SUBJECT, "VllmManagerSubject", "ops")
 
 
 class Page(unittest.TestCase):
